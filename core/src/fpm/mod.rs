@@ -1,0 +1,2 @@
+//! FPM benchmark model: grid, gate, artifact types.
+pub mod grid;

@@ -1,0 +1,134 @@
+//! The coordinators (vllm_kv.md §4): how groups agree on one prefix hit, and how
+//! many tokens each group may cache.
+
+use super::block_pool::BlockPool;
+use super::hash::BlockHash;
+use super::manager::{find_longest_cache_hit, GroupManager};
+use super::spec::{CoordinatorKind, GroupSpec};
+
+/// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
+#[derive(Clone, Debug)]
+pub struct SpecGroup {
+    pub spec: GroupSpec,
+    pub group_ids: Vec<u32>,
+}
+
+/// Per-group hit blocks, the agreed hit length, and the longest single-group hit
+/// beyond it (`num_uncached_common_prefix_tokens`).
+pub struct CacheHit {
+    pub blocks: Vec<Vec<u32>>,
+    pub hit_length: u64,
+    pub uncached_common_prefix: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Coordinator {
+    pub kind: CoordinatorKind,
+    pub scheduler_block_size: u64,
+    pub hash_block_size: u64,
+    /// Hybrid only: spec groups with full-attention specs sorted first.
+    pub spec_groups: Vec<SpecGroup>,
+}
+
+impl Coordinator {
+    pub fn new(kind: CoordinatorKind, groups: &[GroupSpec], scheduler_block_size: u64, hash_block_size: u64) -> Self {
+        let mut spec_groups: Vec<SpecGroup> = Vec::new();
+        if kind == CoordinatorKind::Hybrid {
+            for (i, g) in groups.iter().enumerate() {
+                match spec_groups.iter_mut().find(|sg| sg.spec == *g) {
+                    Some(sg) => sg.group_ids.push(i as u32),
+                    None => spec_groups.push(SpecGroup { spec: *g, group_ids: vec![i as u32] }),
+                }
+            }
+            spec_groups.sort_by_key(|sg| !sg.spec.kind.is_full_attention_spec());
+        }
+        Coordinator { kind, scheduler_block_size, hash_block_size, spec_groups }
+    }
+
+    /// Hit alignment pushed to every manager (no partial hits in the core subset).
+    pub fn cache_hit_alignment(&self, groups: &[GroupSpec]) -> u64 {
+        match self.kind {
+            CoordinatorKind::Hybrid => self.scheduler_block_size,
+            _ => groups[0].block_size,
+        }
+    }
+
+    /// `get_num_cacheable_tokens`: hybrid rounds down to the scheduler block.
+    pub fn num_cacheable_tokens(&self, n: u64) -> u64 {
+        match self.kind {
+            CoordinatorKind::Hybrid => n / self.scheduler_block_size * self.scheduler_block_size,
+            _ => n,
+        }
+    }
+
+    pub fn find_longest_cache_hit(
+        &self,
+        pool: &BlockPool,
+        managers: &[GroupManager],
+        hashes: &[BlockHash],
+        max_length: u64,
+    ) -> CacheHit {
+        let n = managers.len();
+        match self.kind {
+            CoordinatorKind::NoPrefixCache => {
+                CacheHit { blocks: vec![Vec::new(); n], hit_length: 0, uncached_common_prefix: 0 }
+            }
+            CoordinatorKind::Unitary => {
+                let m = &managers[0];
+                let (blocks, hit_length) =
+                    find_longest_cache_hit(pool, hashes, self.hash_block_size, max_length, &[0], m.spec, m.spec.block_size);
+                CacheHit { blocks, hit_length, uncached_common_prefix: 0 }
+            }
+            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length),
+        }
+    }
+
+    /// The fixed point over spec groups (§4.5): full attention is looked up once and
+    /// later only trimmed; every other group is re-asked with the shrinking length.
+    fn hybrid_hit(&self, pool: &BlockPool, n: usize, hashes: &[BlockHash], max_length: u64) -> CacheHit {
+        let align = self.scheduler_block_size;
+        let mut hit_length = max_length;
+        let mut longest = 0u64;
+        let mut blocks: Vec<Option<Vec<u32>>> = vec![None; n];
+        let mut lengths = vec![0u64; n];
+        let simple = self.spec_groups.len() == 2 && self.spec_groups[0].spec.kind.is_full_attention_spec();
+        loop {
+            let mut curr = hit_length;
+            for sg in &self.spec_groups {
+                let first = sg.group_ids[0] as usize;
+                if sg.spec.kind.is_full_attention_spec() && blocks[first].is_some() {
+                    curr = curr.min(lengths[first]);
+                    continue;
+                }
+                let (hit, len) =
+                    find_longest_cache_hit(pool, hashes, self.hash_block_size, curr, &sg.group_ids, sg.spec, align);
+                curr = len;
+                for (gid, b) in sg.group_ids.iter().zip(hit) {
+                    blocks[*gid as usize] = Some(b);
+                    lengths[*gid as usize] = len;
+                }
+                longest = longest.max(curr);
+            }
+            if curr >= hit_length {
+                break;
+            }
+            hit_length = curr;
+            if simple {
+                break;
+            }
+        }
+        for sg in self.spec_groups.iter().filter(|sg| sg.spec.kind.is_full_attention_spec()) {
+            let keep = hit_length.div_ceil(sg.spec.block_size) as usize;
+            for gid in &sg.group_ids {
+                if let Some(b) = blocks[*gid as usize].as_mut() {
+                    b.truncate(keep);
+                }
+            }
+        }
+        CacheHit {
+            blocks: blocks.into_iter().map(Option::unwrap_or_default).collect(),
+            hit_length,
+            uncached_common_prefix: longest.saturating_sub(hit_length),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! vLLM's `FreeKVCacheBlockQueue` (vllm_kv.md §1.2): an index-linked doubly-linked
+//! list over block ids. The front is evicted (handed out) first.
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+pub struct FreeQueue {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    linked: Vec<bool>,
+    head: u32,
+    tail: u32,
+    len: usize,
+}
+
+impl FreeQueue {
+    /// A queue holding `ids` in the given order, over an id space of `capacity`.
+    pub fn new(capacity: usize, ids: impl IntoIterator<Item = u32>) -> Self {
+        let mut q = FreeQueue {
+            prev: vec![NIL; capacity],
+            next: vec![NIL; capacity],
+            linked: vec![false; capacity],
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        };
+        for id in ids {
+            q.push_back(id);
+        }
+        q
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        self.linked[id as usize]
+    }
+
+    pub fn push_back(&mut self, id: u32) {
+        debug_assert!(!self.linked[id as usize]);
+        let i = id as usize;
+        self.prev[i] = self.tail;
+        self.next[i] = NIL;
+        if self.tail == NIL {
+            self.head = id;
+        } else {
+            self.next[self.tail as usize] = id;
+        }
+        self.tail = id;
+        self.linked[i] = true;
+        self.len += 1;
+    }
+
+    pub fn push_front(&mut self, id: u32) {
+        debug_assert!(!self.linked[id as usize]);
+        let i = id as usize;
+        self.next[i] = self.head;
+        self.prev[i] = NIL;
+        if self.head == NIL {
+            self.tail = id;
+        } else {
+            self.prev[self.head as usize] = id;
+        }
+        self.head = id;
+        self.linked[i] = true;
+        self.len += 1;
+    }
+
+    /// `prepend_n`: `ids[0]` becomes the new front.
+    pub fn prepend(&mut self, ids: &[u32]) {
+        for &id in ids.iter().rev() {
+            self.push_front(id);
+        }
+    }
+
+    /// `append_n`: links `ids` in order before the tail.
+    pub fn append(&mut self, ids: &[u32]) {
+        for &id in ids {
+            self.push_back(id);
+        }
+    }
+
+    /// `remove`: unlink from anywhere in O(1). Returns false if not linked.
+    pub fn remove(&mut self, id: u32) -> bool {
+        let i = id as usize;
+        if !self.linked[i] {
+            return false;
+        }
+        let (p, n) = (self.prev[i], self.next[i]);
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.prev[n as usize] = p;
+        }
+        self.prev[i] = NIL;
+        self.next[i] = NIL;
+        self.linked[i] = false;
+        self.len -= 1;
+        true
+    }
+
+    pub fn pop_front(&mut self) -> Option<u32> {
+        let h = self.head;
+        if h == NIL {
+            return None;
+        }
+        self.remove(h);
+        Some(h)
+    }
+
+    /// Front-to-back ids (the observation's `free_queue`).
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = self.head;
+        std::iter::from_fn(move || {
+            if cur == NIL {
+                return None;
+            }
+            let id = cur;
+            cur = self.next[id as usize];
+            Some(id)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_puts_first_element_in_front_and_append_keeps_order() {
+        let mut q = FreeQueue::new(10, [1, 2, 3]);
+        q.prepend(&[7, 8]);
+        q.append(&[5, 4]);
+        assert_eq!(q.iter().collect::<Vec<_>>(), [7, 8, 1, 2, 3, 5, 4]);
+        assert!(q.remove(2));
+        assert!(!q.remove(2));
+        assert_eq!(q.pop_front(), Some(7));
+        assert_eq!(q.iter().collect::<Vec<_>>(), [8, 1, 3, 5, 4]);
+        assert_eq!(q.len(), 5);
+    }
+}

@@ -1,0 +1,127 @@
+//! Chained block hashes (vllm_kv.md §2).
+//!
+//! vLLM hashes every full `hash_block_size` chunk of a request's tokens, chained on
+//! the parent hash, with the cache salt as an extra key of the first block only.
+//! Hash values are never observed (kvtrace FORMAT.md §2.2), so any collision-free
+//! chained hash will do: we use xxh3-128 over a fixed byte encoding.
+
+use std::hash::{BuildHasherDefault, Hasher};
+
+use xxhash_rust::xxh3::Xxh3;
+
+/// A block hash (the digest of parent, tokens and extra keys).
+pub type BlockHash = u128;
+
+/// A prefix-cache key: the same content cached in two groups is two keys (§2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    pub hash: BlockHash,
+    pub group: u32,
+}
+
+/// vLLM's `NONE_HASH` stands in for the missing parent of the first block (§2.3).
+const NONE_HASH: BlockHash = 0x6b76_7369_6d2d_6e6f_6e65_2d68_6173_6821;
+
+/// Hash one block: `H(parent or NONE_HASH, tokens, salt)` (§2.2, §2.4).
+/// `salt` is `Some` only for the first block and only when non-empty.
+pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>) -> BlockHash {
+    let mut h = Xxh3::new();
+    h.update(&parent.unwrap_or(NONE_HASH).to_le_bytes());
+    h.update(&(tokens.len() as u64).to_le_bytes());
+    for t in tokens {
+        h.update(&t.to_le_bytes());
+    }
+    match salt {
+        Some(s) => {
+            h.update(&[1]);
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+        None => h.update(&[0]),
+    }
+    h.digest128()
+}
+
+/// Extend `hashes` with every newly complete `block_size` chunk of `tokens` (§2.5).
+pub fn extend_block_hashes(
+    hashes: &mut Vec<BlockHash>,
+    tokens: &[u64],
+    block_size: usize,
+    salt: Option<&str>,
+) {
+    let salt = salt.filter(|s| !s.is_empty());
+    while (hashes.len() + 1) * block_size <= tokens.len() {
+        let start = hashes.len() * block_size;
+        let parent = hashes.last().copied();
+        let first_salt = if start == 0 { salt } else { None };
+        hashes.push(hash_block(parent, &tokens[start..start + block_size], first_salt));
+    }
+}
+
+/// A pass-through hasher for keys that are already uniformly random digests.
+/// Maps keyed by it are only ever probed, never iterated, so no order leaks.
+#[derive(Default)]
+pub struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut buf = [0u8; 8];
+            buf[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(29) ^ u64::from_le_bytes(buf)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (self.0.rotate_left(29) ^ u64::from(i)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(29) ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// Build-hasher for digest-keyed and small-integer-keyed maps.
+pub type DigestBuild = BuildHasherDefault<DigestHasher>;
+/// A probe-only hash map (never iterated where order could leak).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, DigestBuild>;
+/// A probe-only hash set.
+pub type FastSet<K> = std::collections::HashSet<K, DigestBuild>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salt_changes_only_first_block_and_empty_salt_is_none() {
+        let toks: Vec<u64> = (0..8).collect();
+        let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
+        extend_block_hashes(&mut a, &toks, 4, None);
+        extend_block_hashes(&mut b, &toks, 4, Some(""));
+        extend_block_hashes(&mut c, &toks, 4, Some("x"));
+        assert_eq!(a, b);
+        assert_ne!(a[0], c[0]);
+        assert_ne!(a[1], c[1], "chaining carries the salt forward");
+    }
+
+    #[test]
+    fn only_full_blocks_are_hashed_and_extension_is_incremental() {
+        let toks: Vec<u64> = (0..11).collect();
+        let mut h = vec![];
+        extend_block_hashes(&mut h, &toks[..7], 4, None);
+        assert_eq!(h.len(), 1);
+        extend_block_hashes(&mut h, &toks, 4, None);
+        let mut all = vec![];
+        extend_block_hashes(&mut all, &toks, 4, None);
+        assert_eq!(h, all);
+        assert_eq!(all.len(), 2);
+    }
+}

@@ -1,0 +1,215 @@
+//! vLLM's `KVCacheManager` API (vllm_kv.md §5) over one shared pool.
+
+use super::block_pool::{BlockPool, PoolError};
+use super::coordinator::Coordinator;
+use super::manager::GroupManager;
+use super::request::{ReqId, Request, RequestStatus};
+use super::spec::{ConfigError, CoordinatorKind, KvConfig};
+
+/// The result of `get_computed_blocks`: per-group hit blocks and token counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComputedBlocks {
+    pub blocks: Vec<Vec<u32>>,
+    pub num_computed_tokens: u64,
+    pub shared_prefix_boundary: u64,
+}
+
+impl ComputedBlocks {
+    /// vLLM returns its empty singleton when every group is empty; only a
+    /// non-singleton hit list runs `allocate_new_computed_blocks` (§5.1).
+    pub fn is_empty(&self) -> bool {
+        self.blocks.iter().all(Vec::is_empty)
+    }
+}
+
+/// Arguments of `allocate_slots` beyond the request (core subset of §5.3).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocateArgs<'a> {
+    pub num_new_tokens: u64,
+    /// The pending lookup to adopt (blocks and token count), if any.
+    pub hits: Option<&'a ComputedBlocks>,
+    pub num_lookahead_tokens: u64,
+    pub delay_cache_blocks: bool,
+    pub full_sequence_must_fit: bool,
+    pub reserved_blocks: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct KvCacheManager {
+    pub config: KvConfig,
+    pub pool: BlockPool,
+    pub groups: Vec<GroupManager>,
+    pub coordinator: Coordinator,
+}
+
+impl KvCacheManager {
+    pub fn new(config: KvConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let kind = config.coordinator();
+        let coordinator = Coordinator::new(kind, &config.groups, config.scheduler_block_size(), config.hash_block_size());
+        let align = coordinator.cache_hit_alignment(&config.groups);
+        let groups = config
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, &g)| {
+                let mut m = GroupManager::new(i as u32, g, config.enable_caching, config.admission_cap(g));
+                m.cache_hit_alignment = align;
+                m
+            })
+            .collect();
+        Ok(KvCacheManager { pool: BlockPool::new(config.num_blocks, config.enable_caching), groups, coordinator, config })
+    }
+
+    pub fn coordinator_kind(&self) -> CoordinatorKind {
+        self.coordinator.kind
+    }
+
+    pub fn scheduler_block_size(&self) -> u64 {
+        self.coordinator.scheduler_block_size
+    }
+
+    pub fn hash_block_size(&self) -> u64 {
+        self.coordinator.hash_block_size
+    }
+
+    /// The hash granularity a new request must use, or `None` when caching is off.
+    pub fn request_hash_block_size(&self) -> Option<u64> {
+        self.config.enable_caching.then(|| self.hash_block_size())
+    }
+
+    pub fn usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    /// `new_step_starts`: clears Mamba's "cached this step" keys.
+    pub fn new_step_starts(&mut self) {
+        self.groups.iter_mut().for_each(GroupManager::new_step_starts);
+    }
+
+    /// `get_computed_blocks`: the longest prefix hit; no ref count changes.
+    pub fn get_computed_blocks(&self, req: &Request) -> ComputedBlocks {
+        if !self.config.enable_caching || req.skip_reading_prefix_cache {
+            return ComputedBlocks { blocks: vec![Vec::new(); self.groups.len()], ..Default::default() };
+        }
+        // At least the last token is always recomputed to get logits.
+        let max_len = req.num_tokens().saturating_sub(1);
+        let hit = self.coordinator.find_longest_cache_hit(&self.pool, &self.groups, &req.block_hashes, max_len);
+        let boundary = if hit.uncached_common_prefix > 0 { hit.hit_length + hit.uncached_common_prefix } else { 0 };
+        ComputedBlocks { blocks: hit.blocks, num_computed_tokens: hit.hit_length, shared_prefix_boundary: boundary }
+    }
+
+    fn num_blocks_to_allocate(&self, req: ReqId, num_tokens: u64, hits: &[Vec<u32>], total_computed: u64, main: u64, cap: bool) -> i64 {
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let h = hits.get(i).map_or(&[][..], Vec::as_slice);
+                m.num_blocks_to_allocate(&self.pool, req, num_tokens, h, total_computed, main, cap)
+            })
+            .sum()
+    }
+
+    /// `allocate_slots`: `Ok(None)` when vLLM returns `None` (§5.3 steps 1–15).
+    pub fn allocate_slots(&mut self, req: &Request, a: AllocateArgs<'_>) -> Result<Option<Vec<Vec<u32>>>, PoolError> {
+        let (hit_blocks, hit_tokens) = match a.hits {
+            Some(h) => (h.blocks.as_slice(), h.num_computed_tokens),
+            None => (&[][..], 0),
+        };
+        if a.num_new_tokens == 0 && hit_tokens == 0 {
+            return Err(PoolError {
+                kind: "ValueError",
+                message: "num_new_tokens must be greater than 0 when there are no computed tokens to adopt".into(),
+            });
+        }
+        let num_local_computed = req.num_computed_tokens + hit_tokens;
+        let total_computed = num_local_computed.min(self.config.max_model_len);
+        let watermark = if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
+            self.config.watermark_blocks as i64
+        } else {
+            0
+        };
+        let free = self.pool.num_free_blocks() as i64;
+        if a.full_sequence_must_fit {
+            let full = req.num_tokens().min(self.config.max_model_len);
+            let need = self.num_blocks_to_allocate(req.id, full, hit_blocks, total_computed, full, true);
+            if need + watermark > free {
+                return Ok(None);
+            }
+        }
+        let main = total_computed + a.num_new_tokens;
+        let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
+        // Blocks that left the window are freed before the capacity check, even if
+        // the allocation then fails (§5.3 step 8; FORMAT.md §6.4).
+        let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
+        for m in &mut self.groups {
+            m.remove_skipped_blocks(&mut self.pool, req.id, processed);
+        }
+        let need = self.num_blocks_to_allocate(req.id, need_slot, hit_blocks, num_local_computed, main, false);
+        let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+        if need + watermark > available {
+            return Ok(None);
+        }
+        let hits_present = a.hits.is_some_and(|h| !h.is_empty());
+        if hits_present && !self.groups.iter().any(|m| m.tracks_cached(req.id)) {
+            // Two-phase: touch every group's hits before any group allocates.
+            for (i, m) in self.groups.iter_mut().enumerate() {
+                m.add_local_computed_blocks(&mut self.pool, req.id, &hit_blocks[i], num_local_computed);
+            }
+        }
+        let mut new_blocks = Vec::with_capacity(self.groups.len());
+        for m in &mut self.groups {
+            new_blocks.push(m.allocate_new_blocks(&mut self.pool, req.id, need_slot, main)?);
+        }
+        if !a.delay_cache_blocks {
+            self.cache_blocks(req, (total_computed + a.num_new_tokens).min(req.num_tokens()))?;
+        }
+        Ok(Some(new_blocks))
+    }
+
+    /// `cache_blocks`: register full blocks up to `num_computed_tokens`.
+    pub fn cache_blocks(&mut self, req: &Request, num_computed_tokens: u64) -> Result<(), PoolError> {
+        if !self.config.enable_caching {
+            return Ok(());
+        }
+        let n = self.coordinator.num_cacheable_tokens(num_computed_tokens);
+        let hbs = self.hash_block_size();
+        for m in &mut self.groups {
+            m.cache_blocks(&mut self.pool, req, n, hbs)?;
+        }
+        Ok(())
+    }
+
+    /// `free`: each group tail-first, groups in order.
+    pub fn free(&mut self, req: ReqId) {
+        for m in &mut self.groups {
+            m.free(&mut self.pool, req);
+        }
+    }
+
+    /// `pop_blocks_for_free`: detach the tables for a deferred free (group order).
+    pub fn pop_blocks_for_free(&mut self, req: ReqId) -> Vec<u32> {
+        self.groups.iter_mut().flat_map(|m| m.pop_blocks_for_free(req)).collect()
+    }
+
+    /// Release blocks detached by `pop_blocks_for_free` (tail-first).
+    pub fn free_detached(&mut self, blocks: &[u32]) {
+        self.pool.free_blocks(blocks.iter().rev().copied());
+    }
+
+    pub fn remove_skipped_blocks(&mut self, req: ReqId, processed: u64) {
+        for m in &mut self.groups {
+            m.remove_skipped_blocks(&mut self.pool, req, processed);
+        }
+    }
+
+    /// `reset_prefix_cache`: refused while any block is referenced.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.pool.reset_prefix_cache()
+    }
+
+    /// `get_block_ids`: every group's whole table, nulls included.
+    pub fn get_block_ids(&self, req: ReqId) -> Vec<Vec<u32>> {
+        self.groups.iter().map(|m| m.table(req).to_vec()).collect()
+    }
+}

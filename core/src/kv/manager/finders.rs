@@ -1,0 +1,127 @@
+//! `find_longest_cache_hit` per kind (vllm_kv.md §3.3–3.6). Classmethods in vLLM:
+//! they read only the pool and the request's hashes, never a manager's tables.
+
+use crate::kv::block_pool::{BlockPool, NULL_BLOCK};
+use crate::kv::hash::BlockHash;
+use crate::kv::spec::{GroupKind, GroupSpec};
+
+/// The request's hashes viewed at `block_size` (§2.6): element i is the last fine
+/// hash inside coarse block i.
+struct HashView<'a> {
+    hashes: &'a [BlockHash],
+    scale: usize,
+}
+
+impl HashView<'_> {
+    fn len(&self) -> usize {
+        self.hashes.len() / self.scale
+    }
+    fn get(&self, i: usize) -> Option<BlockHash> {
+        self.hashes.get((i + 1) * self.scale - 1).copied()
+    }
+}
+
+/// Hit blocks for each of `groups` (jointly looked up) and the hit length in tokens.
+pub fn find_longest_cache_hit(
+    pool: &BlockPool,
+    hashes: &[BlockHash],
+    hash_block_size: u64,
+    max_length: u64,
+    groups: &[u32],
+    spec: GroupSpec,
+    alignment: u64,
+) -> (Vec<Vec<u32>>, u64) {
+    let bs = spec.block_size;
+    let view = HashView { hashes, scale: (bs / hash_block_size) as usize };
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); groups.len()];
+    let max_blocks = ((max_length / bs) as usize).min(view.len());
+    let push = |out: &mut Vec<Vec<u32>>, blocks: Vec<u32>| {
+        for (list, b) in out.iter_mut().zip(blocks) {
+            list.push(b);
+        }
+    };
+    match spec.kind {
+        GroupKind::FullAttention | GroupKind::Mla => {
+            // Downward-closed: stop at the first miss (chained hashes).
+            for i in 0..max_blocks {
+                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
+                    Some(b) => push(&mut out, b),
+                    None => break,
+                }
+            }
+            let mut hit = out[0].len() as u64 * bs;
+            hit -= hit % alignment;
+            let keep = hit.div_ceil(bs) as usize;
+            out.iter_mut().for_each(|l| l.truncate(keep));
+            (out, hit)
+        }
+        GroupKind::SlidingWindow { sliding_window } => {
+            let need = (sliding_window - 1).div_ceil(bs) as usize;
+            let max_blocks = (max_length / bs) as usize;
+            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; max_blocks]);
+            let mut run = 0usize;
+            let mut found = false;
+            for i in (0..max_blocks).rev() {
+                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
+                    Some(b) => {
+                        // A run's right edge must be aligned for a hybrid hit.
+                        if run == 0 && bs != alignment && ((i as u64 + 1) * bs) % alignment != 0 {
+                            continue;
+                        }
+                        for (list, blk) in out.iter_mut().zip(b) {
+                            list[i] = blk;
+                        }
+                        run += 1;
+                        if run >= need {
+                            out.iter_mut().for_each(|l| l.truncate(i + run));
+                            found = true;
+                            break;
+                        }
+                    }
+                    None => run = 0,
+                }
+            }
+            if !found {
+                out.iter_mut().for_each(|l| l.truncate(run));
+                while bs != alignment && (out[0].len() as u64 * bs) % alignment != 0 {
+                    out.iter_mut().for_each(|l| {
+                        l.pop();
+                    });
+                }
+            }
+            let hit = out[0].len() as u64 * bs;
+            (out, hit)
+        }
+        GroupKind::ChunkedLocal { attention_chunk_size } => {
+            // Everything left of the current chunk is a null "hit", even on an empty cache.
+            let start_tok = if max_length > 0 { max_length / attention_chunk_size * attention_chunk_size } else { 0 };
+            let start_blk = (start_tok / bs) as usize;
+            let max_blocks = (max_length / bs) as usize;
+            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; start_blk]);
+            for i in start_blk..max_blocks {
+                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
+                    Some(b) => push(&mut out, b),
+                    None => break,
+                }
+            }
+            let hit = out[0].len() as u64 * bs;
+            (out, hit)
+        }
+        GroupKind::Mamba { .. } => {
+            // The last matching state suffices: scan right to left.
+            for i in (0..max_blocks).rev() {
+                if let Some(b) = view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
+                    if bs != alignment && ((i as u64 + 1) * bs) % alignment != 0 {
+                        continue;
+                    }
+                    for (list, blk) in out.iter_mut().zip(b) {
+                        list.extend(std::iter::repeat_n(NULL_BLOCK, i));
+                        list.push(blk);
+                    }
+                    return (out, (i as u64 + 1) * bs);
+                }
+            }
+            (out, 0)
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! A model of vLLM 0.33.0's KV-cache management, exact in every kvtrace/1
+//! observable (`../shared/research/vllm_kv.md` §0 "core subset").
+
+pub mod block_pool;
+pub mod coordinator;
+pub mod free_queue;
+pub mod hash;
+pub mod kv_cache_manager;
+pub mod manager;
+pub mod request;
+pub mod spec;
+
+pub use block_pool::{BlockPool, PoolError, NULL_BLOCK};
+pub use kv_cache_manager::{AllocateArgs, ComputedBlocks, KvCacheManager};
+pub use request::{ReqId, Request, RequestStatus};
+pub use spec::{ConfigError, CoordinatorKind, GroupKind, GroupSpec, KvConfig, MambaMode};

@@ -1,0 +1,92 @@
+//! The parts of vLLM's `Request` the KV-cache manager reads (vllm_kv.md §6.2).
+
+use super::hash::{extend_block_hashes, BlockHash};
+
+/// A request handle; the scheduler (or trace replayer) maps its own ids onto these.
+pub type ReqId = u32;
+
+/// `RequestStatus`, restricted to what the core model distinguishes (§6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RequestStatus {
+    Waiting,
+    Running,
+    Preempted,
+    FinishedStopped,
+    FinishedLengthCapped,
+    FinishedAborted,
+}
+
+impl RequestStatus {
+    /// `is_finished`: any status after PREEMPTED.
+    pub fn is_finished(self) -> bool {
+        self > RequestStatus::Preempted
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub id: ReqId,
+    /// Prompt plus appended outputs.
+    pub tokens: Vec<u64>,
+    pub num_prompt_tokens: u64,
+    pub num_computed_tokens: u64,
+    /// Scheduled tokens whose output has not been processed (0 in synchronous mode).
+    pub num_in_flight_tokens: u64,
+    /// Async-scheduling output placeholders (dynamo_fpm.md §11).
+    pub num_output_placeholders: u64,
+    /// Hashes at `hash_block_size`; empty when prefix caching is off.
+    pub block_hashes: Vec<BlockHash>,
+    pub cache_salt: Option<String>,
+    pub shared_prefix_boundary: u64,
+    pub status: RequestStatus,
+    pub skip_reading_prefix_cache: bool,
+    /// `None` when caching is off: no hasher, no hashes (§2.5).
+    hash_block_size: Option<u64>,
+}
+
+impl Request {
+    pub fn new(
+        id: ReqId,
+        prompt: Vec<u64>,
+        cache_salt: Option<String>,
+        hash_block_size: Option<u64>,
+    ) -> Self {
+        let mut r = Request {
+            id,
+            num_prompt_tokens: prompt.len() as u64,
+            tokens: prompt,
+            num_computed_tokens: 0,
+            num_in_flight_tokens: 0,
+            num_output_placeholders: 0,
+            block_hashes: Vec::new(),
+            cache_salt,
+            shared_prefix_boundary: 0,
+            status: RequestStatus::Waiting,
+            skip_reading_prefix_cache: false,
+            hash_block_size,
+        };
+        r.update_block_hashes();
+        r
+    }
+
+    pub fn num_tokens(&self) -> u64 {
+        self.tokens.len() as u64
+    }
+
+    /// `append_output_token_ids`: extends the tokens and the hash chain.
+    pub fn append_output(&mut self, out: &[u64]) {
+        self.tokens.extend_from_slice(out);
+        self.update_block_hashes();
+    }
+
+    fn update_block_hashes(&mut self) {
+        if let Some(hbs) = self.hash_block_size {
+            extend_block_hashes(
+                &mut self.block_hashes,
+                &self.tokens,
+                hbs as usize,
+                self.cache_salt.as_deref(),
+            );
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! kvsim-core: the pure model. No I/O, no clocks, no threads.
+
+pub mod fpm;
+pub mod kv;
+pub mod kvtrace;

@@ -1,0 +1,56 @@
+//! Subcommands of `kvsim`. Each lives in its own file; this one dispatches and
+//! maps errors onto exit codes (2 = bad input, 1 = a check failed).
+
+mod conformance_cmd;
+mod trace_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// kvsim: simulation-first verification of KV-cache warm-up planners.
+#[derive(Parser, Debug)]
+#[command(name = "kvsim", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Replay a kvtrace/1 file through the model and print its observation lines.
+    Trace(trace_cmd::TraceArgs),
+    /// Compare kvsim with reference observations for every trace in a directory.
+    Conformance(conformance_cmd::ConformanceArgs),
+}
+
+/// A command's failure, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad input: unreadable or malformed files, impossible configurations, bad flags.
+    #[error("{0}")]
+    Input(String),
+    /// A check ran and failed (a divergence, a violated invariant).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Input(_) => 2,
+            CliError::Failed(_) => 1,
+        }
+    }
+}
+
+pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Trace(a) => trace_cmd::run(a),
+        Command::Conformance(a) => conformance_cmd::run(a),
+    }
+}

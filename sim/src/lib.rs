@@ -1,0 +1,5 @@
+//! kvsim-sim: the deterministic executor, fault injection, exploration and the CLI.
+
+pub mod cli;
+pub mod conformance;
+pub mod output;

@@ -1,0 +1,1 @@
+//! Shared helpers for kvsim integration tests.
