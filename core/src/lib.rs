@@ -1,5 +1,6 @@
 //! kvsim-core: the pure model. No I/O, no clocks, no threads.
 
 pub mod fpm;
+pub mod invariants;
 pub mod kv;
 pub mod kvtrace;

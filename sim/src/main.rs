@@ -9,6 +9,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // A closed pipe (`kvsim ... | head`) is not an error worth reporting.
+        Err(kvsim_sim::cli::CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kvsim: error: {e}");
             ExitCode::from(e.exit_code())

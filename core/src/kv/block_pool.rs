@@ -3,6 +3,7 @@
 
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
+use super::mutant::ModelMutant;
 
 /// Block 0 is the null block: a table placeholder, never handed out or cached.
 pub const NULL_BLOCK: u32 = 0;
@@ -34,12 +35,19 @@ pub struct BlockPool {
     /// Key → block ids in insertion order; the first is what lookups return.
     cached: FastMap<BlockKey, Vec<u32>>,
     free: FreeQueue,
+    /// A deliberate bug, switched on only to show that invariant checks can fail.
+    mutant: Option<ModelMutant>,
 }
 
 impl BlockPool {
     pub fn new(num_blocks: u32, enable_caching: bool) -> Self {
+        Self::with_mutant(num_blocks, enable_caching, None)
+    }
+
+    pub fn with_mutant(num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) -> Self {
         // The null block is the first popleft of the fresh queue (§1.4 step 6).
-        let free = FreeQueue::new(num_blocks as usize, 1..num_blocks);
+        let first = if mutant == Some(ModelMutant::HandOutNullBlock) { 0 } else { 1 };
+        let free = FreeQueue::new(num_blocks as usize, first..num_blocks);
         BlockPool {
             num_blocks,
             enable_caching,
@@ -48,6 +56,7 @@ impl BlockPool {
             secondary: FastMap::default(),
             cached: FastMap::default(),
             free,
+            mutant,
         }
     }
 
@@ -123,9 +132,12 @@ impl BlockPool {
         for _ in 0..n {
             let id = self.free.pop_front().expect("length checked above");
             if self.enable_caching {
-                self.evict_cached_block(id);
+                if self.mutant == Some(ModelMutant::StaleCacheEntry) {
+                    self.primary[id as usize] = None;
+                } else {
+                    self.evict_cached_block(id);
+                }
             }
-            debug_assert_eq!(self.ref_cnt[id as usize], 0);
             self.ref_cnt[id as usize] = 1;
             out.push(id);
         }
@@ -168,10 +180,12 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            if self.ref_cnt[b as usize] == 0 {
+            if self.ref_cnt[b as usize] == 0 && self.mutant != Some(ModelMutant::TouchKeepsFreeQueue) {
                 self.free.remove(b);
             }
-            self.ref_cnt[b as usize] += 1;
+            if self.mutant != Some(ModelMutant::TouchForgetsRef) {
+                self.ref_cnt[b as usize] += 1;
+            }
         }
     }
 
@@ -185,9 +199,8 @@ impl BlockPool {
                 continue;
             }
             let r = &mut self.ref_cnt[b as usize];
-            debug_assert!(*r > 0, "free of block {b} at ref 0");
-            *r -= 1;
-            if *r == 0 {
+            *r = r.saturating_sub(1);
+            if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
                 if self.primary[b as usize].is_none() || !self.enable_caching {
                     first.push(b);
                 } else {

@@ -43,8 +43,10 @@ impl FreeQueue {
     }
 
     pub fn push_back(&mut self, id: u32) {
-        debug_assert!(!self.linked[id as usize]);
         let i = id as usize;
+        if self.linked[i] {
+            return; // only reachable in a deliberately corrupted model
+        }
         self.prev[i] = self.tail;
         self.next[i] = NIL;
         if self.tail == NIL {
@@ -58,8 +60,10 @@ impl FreeQueue {
     }
 
     pub fn push_front(&mut self, id: u32) {
-        debug_assert!(!self.linked[id as usize]);
         let i = id as usize;
+        if self.linked[i] {
+            return; // only reachable in a deliberately corrupted model
+        }
         self.next[i] = self.head;
         self.prev[i] = NIL;
         if self.head == NIL {

@@ -3,6 +3,7 @@
 use super::block_pool::{BlockPool, PoolError};
 use super::coordinator::Coordinator;
 use super::manager::GroupManager;
+use super::mutant::ModelMutant;
 use super::request::{ReqId, Request, RequestStatus};
 use super::spec::{ConfigError, CoordinatorKind, KvConfig};
 
@@ -44,6 +45,11 @@ pub struct KvCacheManager {
 
 impl KvCacheManager {
     pub fn new(config: KvConfig) -> Result<Self, ConfigError> {
+        Self::with_mutant(config, None)
+    }
+
+    /// A manager whose pool carries a deliberate bug (for proving checks can fail).
+    pub fn with_mutant(config: KvConfig, mutant: Option<ModelMutant>) -> Result<Self, ConfigError> {
         config.validate()?;
         let kind = config.coordinator();
         let coordinator = Coordinator::new(kind, &config.groups, config.scheduler_block_size(), config.hash_block_size());
@@ -58,7 +64,8 @@ impl KvCacheManager {
                 m
             })
             .collect();
-        Ok(KvCacheManager { pool: BlockPool::new(config.num_blocks, config.enable_caching), groups, coordinator, config })
+        let pool = BlockPool::with_mutant(config.num_blocks, config.enable_caching, mutant);
+        Ok(KvCacheManager { pool, groups, coordinator, config })
     }
 
     pub fn coordinator_kind(&self) -> CoordinatorKind {

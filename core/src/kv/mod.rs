@@ -7,10 +7,12 @@ pub mod free_queue;
 pub mod hash;
 pub mod kv_cache_manager;
 pub mod manager;
+pub mod mutant;
 pub mod request;
 pub mod spec;
 
 pub use block_pool::{BlockPool, PoolError, NULL_BLOCK};
 pub use kv_cache_manager::{AllocateArgs, ComputedBlocks, KvCacheManager};
+pub use mutant::ModelMutant;
 pub use request::{ReqId, Request, RequestStatus};
 pub use spec::{ConfigError, CoordinatorKind, GroupKind, GroupSpec, KvConfig, MambaMode};

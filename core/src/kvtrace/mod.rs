@@ -2,11 +2,12 @@
 //! lines that `../shared/kvtrace/FORMAT.md` defines. Pure: text in, lines out.
 
 mod config;
+pub mod gen;
 pub mod json;
 mod ops;
 mod replay;
 
-pub use replay::{replay, replay_value, Replay, ReplayEnd};
+pub use replay::{replay, replay_value, split_trace, Replay, ReplayEnd, Session, Step};
 
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

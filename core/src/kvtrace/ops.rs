@@ -1,11 +1,12 @@
 //! Typed reading of one op's fields; a malformed field is an `InvalidOp`.
+//! An explicit `null` for an optional field means its default (as vLLM's replayer reads it).
 
 use serde_json::{Map, Value};
 
 pub type Fields<'a> = &'a Map<String, Value>;
 
 pub fn int(f: Fields, key: &str, default: Option<u64>) -> Result<u64, String> {
-    match f.get(key) {
+    match f.get(key).filter(|v| !v.is_null()) {
         None => default.ok_or_else(|| format!("{key} is required")),
         Some(v) if !v.is_boolean() => v.as_u64().ok_or_else(|| format!("{key} must be a non-negative integer, got {v}")),
         Some(v) => Err(format!("{key} must be an integer, got {v}")),
@@ -13,7 +14,7 @@ pub fn int(f: Fields, key: &str, default: Option<u64>) -> Result<u64, String> {
 }
 
 pub fn flag(f: Fields, key: &str, default: bool) -> Result<bool, String> {
-    match f.get(key) {
+    match f.get(key).filter(|v| !v.is_null()) {
         None => Ok(default),
         Some(v) => v.as_bool().ok_or_else(|| format!("{key} must be a bool, got {v}")),
     }
@@ -27,7 +28,7 @@ pub fn id<'a>(f: Fields<'a>) -> Result<&'a str, String> {
 }
 
 pub fn tokens(f: Fields, key: &str, required: bool) -> Result<Vec<u64>, String> {
-    match f.get(key) {
+    match f.get(key).filter(|v| !v.is_null()) {
         None if !required => Ok(Vec::new()),
         None => Err(format!("{key} is required")),
         Some(Value::Array(a)) => a

@@ -10,7 +10,7 @@ use super::config::parse_config;
 use super::json::{push_ids, push_str, push_tables};
 use super::ops::{self, Fields};
 use super::TraceError;
-use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, PoolError, Request, RequestStatus};
+use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, ModelMutant, PoolError, Request, RequestStatus};
 
 /// How a replay ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,8 +64,8 @@ pub fn replay(text: &str) -> Result<Replay, TraceError> {
     replay_value(&v)
 }
 
-/// Replay an already parsed trace.
-pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
+/// The parts of a kvtrace file: its config and its ops.
+pub fn split_trace(v: &Value) -> Result<(&Value, &Vec<Value>), TraceError> {
     let top = v.as_object().ok_or_else(|| TraceError::Shape("the top level must be an object".into()))?;
     match top.get("format") {
         Some(Value::String(f)) if f == "kvtrace/1" => {}
@@ -77,51 +77,115 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
         .get("ops")
         .and_then(Value::as_array)
         .ok_or_else(|| TraceError::Shape("\"ops\" must be a list".into()))?;
-    let cfg = match parse_config(config) {
-        Ok(c) => c,
-        Err(e) => {
-            let mut line = String::from("{\"error\":\"ConfigError\",\"i\":-1,\"message\":");
-            push_str(&mut line, &e.0);
-            line.push_str(",\"op\":\"init\",\"result\":null}");
+    Ok((config, ops))
+}
+
+/// Replay an already parsed trace.
+pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
+    let (config, ops) = split_trace(v)?;
+    let mut session = match Session::new(config) {
+        Ok(s) => s,
+        Err(line) => {
             return Ok(Replay {
                 lines: vec![line],
                 end: ReplayEnd::Stopped { index: -1, error: "ConfigError".into() },
                 ops: 0,
-            });
+            })
         }
     };
-    let kv = KvCacheManager::new(cfg).map_err(|e| TraceError::Shape(e.0))?;
-    let mut r = Replayer { kv, live: BTreeMap::new(), next_rid: 0 };
     let mut lines = Vec::with_capacity(ops.len() + 1);
-    let init = format!(
-        "{{\"coordinator\":\"{}\",\"hash_block_size\":{},\"scheduler_block_size\":{}}}",
-        r.kv.coordinator_kind().name(),
-        r.kv.hash_block_size(),
-        r.kv.scheduler_block_size()
-    );
-    lines.push(r.observe(-1, Some("init"), &init, None));
-    let mut pending: Option<(String, ComputedBlocks)> = None;
+    lines.push(session.init_line());
     for (i, op) in ops.iter().enumerate() {
+        let step = session.apply(i, op);
+        lines.push(step.line);
+        if let Some(error) = step.error {
+            return Ok(Replay { lines, end: ReplayEnd::Stopped { index: i as i64, error }, ops: i + 1 });
+        }
+    }
+    Ok(Replay { lines, end: ReplayEnd::Completed, ops: ops.len() })
+}
+
+/// One replayed op: its observation line and, on error, the error kind.
+pub struct Step {
+    pub line: String,
+    pub error: Option<String>,
+}
+
+/// An open replay: ops are applied one at a time, and the model is inspectable
+/// between them (property tests check invariants after every op).
+pub struct Session {
+    r: Replayer,
+    pending: Option<(String, ComputedBlocks)>,
+}
+
+impl Session {
+    /// Build from a trace's `config`; a refused config yields its `ConfigError` line.
+    pub fn new(config: &Value) -> Result<Session, String> {
+        Self::with_mutant(config, None)
+    }
+
+    /// A session over a model with a deliberate bug (see `ModelMutant`).
+    pub fn with_mutant(config: &Value, mutant: Option<ModelMutant>) -> Result<Session, String> {
+        let cfg = parse_config(config).map_err(|e| {
+            let mut line = String::from("{\"error\":\"ConfigError\",\"i\":-1,\"message\":");
+            push_str(&mut line, &e.0);
+            line.push_str(",\"op\":\"init\",\"result\":null}");
+            line
+        })?;
+        let kv = KvCacheManager::with_mutant(cfg, mutant).expect("validated by parse_config");
+        Ok(Session { r: Replayer { kv, live: BTreeMap::new(), next_rid: 0 }, pending: None })
+    }
+
+    pub fn init_line(&self) -> String {
+        let init = format!(
+            "{{\"coordinator\":\"{}\",\"hash_block_size\":{},\"scheduler_block_size\":{}}}",
+            self.r.kv.coordinator_kind().name(),
+            self.r.kv.hash_block_size(),
+            self.r.kv.scheduler_block_size()
+        );
+        self.r.observe(-1, Some("init"), &init, None)
+    }
+
+    /// Apply op number `i`; a lookup is consumed only by the very next op.
+    pub fn apply(&mut self, i: usize, op: &Value) -> Step {
         let fields = op.as_object();
         let name = fields.and_then(|f| f.get("op")).and_then(Value::as_str);
-        let lookup = pending.take();
+        let lookup = self.pending.take();
         let outcome = match fields {
             None => Err(OpError::Invalid("an op must be an object".into())),
-            Some(f) => r.apply(name, f, lookup, &mut pending),
+            Some(f) => self.r.apply(name, f, lookup, &mut self.pending),
         };
         match outcome {
-            Ok(result) => lines.push(r.observe(i as i64, name, &result, None)),
+            Ok(result) => Step { line: self.r.observe(i as i64, name, &result, None), error: None },
             Err(e) => {
                 let (kind, msg) = match e {
                     OpError::Invalid(m) => ("InvalidOp".to_string(), m),
                     OpError::Model(p) => (p.kind.to_string(), p.message),
                 };
-                lines.push(r.observe(i as i64, name, "null", Some((&kind, &msg))));
-                return Ok(Replay { lines, end: ReplayEnd::Stopped { index: i as i64, error: kind }, ops: i + 1 });
+                let line = self.r.observe(i as i64, name, "null", Some((&kind, &msg)));
+                Step { line, error: Some(kind) }
             }
         }
     }
-    Ok(Replay { lines, end: ReplayEnd::Completed, ops: ops.len() })
+
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.r.kv
+    }
+
+    /// Mutable access, for tests that corrupt the model on purpose.
+    pub fn kv_mut(&mut self) -> &mut KvCacheManager {
+        &mut self.r.kv
+    }
+
+    /// Live requests by trace id.
+    pub fn live(&self) -> impl Iterator<Item = (&str, &Request)> {
+        self.r.live.iter().map(|(k, l)| (k.as_str(), &l.req))
+    }
+
+    /// Whether the live request has an allocation not yet committed.
+    pub fn uncommitted(&self, id: &str) -> Option<u64> {
+        self.r.live.get(id).and_then(|l| l.uncommitted)
+    }
 }
 
 impl Replayer {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use crate::conformance::{compare, trace_pairs};
 
-use super::{read_file, CliError};
+use super::{read_file, say, CliError};
 
 #[derive(Args, Debug)]
 pub struct ConformanceArgs {
@@ -28,14 +28,14 @@ pub fn run(a: ConformanceArgs) -> Result<ExitCode, CliError> {
             Some(d) => {
                 divergent += 1;
                 if divergent <= 5 {
-                    println!("DIVERGENCE {} at observation line {} (op index {})", d.trace.display(), d.line, d.line as i64 - 1);
-                    println!("  vllm : {}", d.expected);
-                    println!("  kvsim: {}", d.actual);
+                    say(format_args!("DIVERGENCE {} at observation line {} (op index {})", d.trace.display(), d.line, d.line as i64 - 1))?;
+                    say(format_args!("  vllm : {}", d.expected))?;
+                    say(format_args!("  kvsim: {}", d.actual))?;
                 }
             }
         }
     }
-    println!("conformance: {} traces compared, {} divergent", pairs.len(), divergent);
+    say(format_args!("conformance: {} traces compared, {} divergent", pairs.len(), divergent))?;
     if divergent > 0 {
         return Err(CliError::Failed(format!("{divergent} of {} traces diverge from vLLM", pairs.len())));
     }

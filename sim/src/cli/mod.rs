@@ -2,6 +2,7 @@
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
 mod conformance_cmd;
+mod gen_cmd;
 mod trace_cmd;
 
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ pub enum Command {
     Trace(trace_cmd::TraceArgs),
     /// Compare kvsim with reference observations for every trace in a directory.
     Conformance(conformance_cmd::ConformanceArgs),
+    /// Write seeded random kvtrace/1 traces (for benchmarks and cross-checks).
+    GenTraces(gen_cmd::GenArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -33,15 +36,25 @@ pub enum CliError {
     /// A check ran and failed (a divergence, a violated invariant).
     #[error("{0}")]
     Failed(String),
+    /// Writing to stdout failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
 }
 
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,
-            CliError::Failed(_) => 1,
+            CliError::Failed(_) | CliError::Output(_) => 1,
         }
     }
+}
+
+/// Print one line to stdout, surfacing write errors (a closed pipe) instead of panicking.
+pub fn say(line: impl std::fmt::Display) -> Result<(), CliError> {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}")?;
+    Ok(())
 }
 
 pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
@@ -52,5 +65,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Trace(a) => trace_cmd::run(a),
         Command::Conformance(a) => conformance_cmd::run(a),
+        Command::GenTraces(a) => gen_cmd::run(a),
     }
 }

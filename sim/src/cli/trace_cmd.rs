@@ -33,10 +33,11 @@ pub fn run(a: TraceArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     let replay = kvtrace::replay(&text).map_err(bad)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for line in &replay.lines {
-        writeln!(out, "{line}").map_err(|e| CliError::Input(format!("cannot write output: {e}")))?;
+        writeln!(out, "{line}")?;
     }
+    out.flush()?;
     // Exit 0: replayed to the end; 1: the trace stopped at an error line (printed).
     Ok(match replay.end {
         ReplayEnd::Completed => ExitCode::SUCCESS,

@@ -1,0 +1,123 @@
+//! Invariants of the KV-cache model itself (vllm_kv.md §7, items 1–6).
+
+use std::collections::BTreeMap;
+
+use super::Violation;
+use crate::kv::{KvCacheManager, NULL_BLOCK};
+
+/// The model-invariant IDs, in catalog order.
+pub const MODEL_INVARIANTS: [&str; 5] = ["KV-REF", "KV-FREEQ", "KV-CACHE", "KV-CONSERVE", "KV-NULL"];
+
+/// Check every model invariant; `retained` lists references held outside any
+/// block table (copy-on-write retentions, deferred frees), one entry per reference.
+/// Returns every violation found (empty = all hold).
+pub fn check_model(kv: &KvCacheManager, retained: &[u32]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_ref_counts(kv, retained, &mut out);
+    check_free_queue(kv, &mut out);
+    check_prefix_cache(kv, &mut out);
+    check_conservation(kv, &mut out);
+    check_null_block(kv, &mut out);
+    out
+}
+
+/// KV-REF: a block's ref count equals the number of holders (table entries across
+/// requests and groups, plus retained references); no table holds a block twice.
+fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violation>) {
+    let mut holders: BTreeMap<u32, u32> = BTreeMap::new();
+    for m in &kv.groups {
+        for req in m.request_ids() {
+            let table = m.table(req);
+            let mut seen = std::collections::BTreeSet::new();
+            for &b in table.iter().filter(|&&b| b != NULL_BLOCK) {
+                if !seen.insert(b) {
+                    out.push(Violation {
+                        id: "KV-REF",
+                        detail: format!("block {b} appears twice in request {req}'s group {} table", m.group_id),
+                    });
+                }
+                *holders.entry(b).or_default() += 1;
+            }
+        }
+    }
+    for &b in retained {
+        *holders.entry(b).or_default() += 1;
+    }
+    for b in 1..kv.pool.num_blocks() {
+        let (r, h) = (kv.pool.ref_cnt(b), holders.get(&b).copied().unwrap_or(0));
+        if r != h {
+            out.push(Violation { id: "KV-REF", detail: format!("block {b} has ref_cnt {r} but {h} holders") });
+            return;
+        }
+    }
+}
+
+/// KV-FREEQ: a non-null block is in the free queue iff its ref count is 0.
+fn check_free_queue(kv: &KvCacheManager, out: &mut Vec<Violation>) {
+    for b in 1..kv.pool.num_blocks() {
+        let (q, r) = (kv.pool.in_free_queue(b), kv.pool.ref_cnt(b));
+        if q != (r == 0) {
+            out.push(Violation {
+                id: "KV-FREEQ",
+                detail: format!("block {b}: in free queue = {q}, ref_cnt = {r}"),
+            });
+            return;
+        }
+    }
+}
+
+/// KV-CACHE: every prefix-cache entry points at a block holding that key, and
+/// every block's key is registered.
+fn check_prefix_cache(kv: &KvCacheManager, out: &mut Vec<Violation>) {
+    for (key, ids) in kv.pool.cache_entries() {
+        for id in ids {
+            if !kv.pool.keys_of(id).contains(&key) {
+                out.push(Violation {
+                    id: "KV-CACHE",
+                    detail: format!("cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it", key.hash, key.group),
+                });
+                return;
+            }
+        }
+    }
+    for b in 1..kv.pool.num_blocks() {
+        for key in kv.pool.keys_of(b) {
+            if !kv.pool.blocks_for_key(&key).contains(&b) {
+                out.push(Violation {
+                    id: "KV-CACHE",
+                    detail: format!("block {b} holds key (group {}) missing from the cache map", key.group),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// KV-CONSERVE: free blocks plus referenced blocks account for every usable block.
+fn check_conservation(kv: &KvCacheManager, out: &mut Vec<Violation>) {
+    let referenced = (1..kv.pool.num_blocks()).filter(|&b| kv.pool.ref_cnt(b) > 0).count();
+    let free = kv.pool.num_free_blocks();
+    let usable = kv.pool.num_blocks() as usize - 1;
+    if free + referenced != usable {
+        out.push(Violation {
+            id: "KV-CONSERVE",
+            detail: format!("{free} free + {referenced} referenced != {usable} usable blocks"),
+        });
+    }
+}
+
+/// KV-NULL: the null block is never free, never referenced, never cached.
+fn check_null_block(kv: &KvCacheManager, out: &mut Vec<Violation>) {
+    let p = &kv.pool;
+    if p.in_free_queue(NULL_BLOCK) || p.ref_cnt(NULL_BLOCK) != 0 || p.block_hash(NULL_BLOCK).is_some() {
+        out.push(Violation {
+            id: "KV-NULL",
+            detail: format!(
+                "null block: in free queue = {}, ref_cnt = {}, hashed = {}",
+                p.in_free_queue(NULL_BLOCK),
+                p.ref_cnt(NULL_BLOCK),
+                p.block_hash(NULL_BLOCK).is_some()
+            ),
+        });
+    }
+}

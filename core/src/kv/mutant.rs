@@ -1,0 +1,66 @@
+//! Deliberate bugs in the block pool. Each one breaks exactly the model invariant
+//! named beside it; the property suites must catch every one (spec/invariants.md).
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModelMutant {
+    /// `touch` adopts a hit without taking a reference → KV-REF.
+    TouchForgetsRef,
+    /// `touch` leaves a ref-0 hit block in the free queue → KV-FREEQ.
+    TouchKeepsFreeQueue,
+    /// Reusing a cached block clears its tag but leaves the map entry → KV-CACHE.
+    StaleCacheEntry,
+    /// `free_blocks` drops blocks that reach ref 0 instead of queueing them → KV-CONSERVE.
+    LeakOnFree,
+    /// The pool forgets to reserve block 0, so it gets handed out → KV-NULL.
+    HandOutNullBlock,
+}
+
+impl ModelMutant {
+    pub const ALL: [ModelMutant; 5] = [
+        ModelMutant::TouchForgetsRef,
+        ModelMutant::TouchKeepsFreeQueue,
+        ModelMutant::StaleCacheEntry,
+        ModelMutant::LeakOnFree,
+        ModelMutant::HandOutNullBlock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelMutant::TouchForgetsRef => "touch-forgets-ref",
+            ModelMutant::TouchKeepsFreeQueue => "touch-keeps-free-queue",
+            ModelMutant::StaleCacheEntry => "stale-cache-entry",
+            ModelMutant::LeakOnFree => "leak-on-free",
+            ModelMutant::HandOutNullBlock => "hand-out-null-block",
+        }
+    }
+
+    /// The invariant this mutant must trip.
+    pub fn breaks(self) -> &'static str {
+        match self {
+            ModelMutant::TouchForgetsRef => "KV-REF",
+            ModelMutant::TouchKeepsFreeQueue => "KV-FREEQ",
+            ModelMutant::StaleCacheEntry => "KV-CACHE",
+            ModelMutant::LeakOnFree => "KV-CONSERVE",
+            ModelMutant::HandOutNullBlock => "KV-NULL",
+        }
+    }
+}
+
+impl fmt::Display for ModelMutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ModelMutant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let known: Vec<_> = Self::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown model mutant {s:?}; known: {}", known.join(", "))
+        })
+    }
+}
