@@ -1,6 +1,8 @@
 //! kvsim-core: the pure model. No I/O, no clocks, no threads.
 
+pub mod engine;
 pub mod fpm;
 pub mod invariants;
+pub mod plan;
 pub mod kv;
 pub mod kvtrace;

@@ -2,4 +2,5 @@
 
 pub mod cli;
 pub mod conformance;
+pub mod exec;
 pub mod output;

@@ -1,7 +1,9 @@
 //! Executable invariants. Every ID here appears exactly once in
 //! `spec/invariants.md` and is checked in exactly one function.
 
+pub mod catalog;
 pub mod model;
+pub mod ranks;
 
 use std::fmt;
 

@@ -210,6 +210,16 @@ impl KvCacheManager {
         }
     }
 
+    /// Install a table the planner built by hand (a shadow): every listed block is
+    /// referenced (touched or freshly drawn by the caller) and nothing will be
+    /// allocated from hits later (`num_cached_block` = table length).
+    pub fn adopt_tables(&mut self, req: ReqId, tables: &[Vec<u32>]) {
+        for (m, t) in self.groups.iter_mut().zip(tables) {
+            m.tables.insert(req, t.clone());
+            m.num_cached.insert(req, t.len());
+        }
+    }
+
     /// `reset_prefix_cache`: refused while any block is referenced.
     pub fn reset_prefix_cache(&mut self) -> bool {
         self.pool.reset_prefix_cache()

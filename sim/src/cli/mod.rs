@@ -3,6 +3,8 @@
 
 mod conformance_cmd;
 mod gen_cmd;
+mod replay_cmd;
+mod schema_cmd;
 mod trace_cmd;
 
 use std::process::ExitCode;
@@ -25,6 +27,12 @@ pub enum Command {
     Conformance(conformance_cmd::ConformanceArgs),
     /// Write seeded random kvtrace/1 traces (for benchmarks and cross-checks).
     GenTraces(gen_cmd::GenArgs),
+    /// Run a recorded plan on a backend; write the result (and traces).
+    Replay(replay_cmd::ReplayArgs),
+    /// Print the JSON Schema of a format.
+    Schema(schema_cmd::SchemaArgs),
+    /// List the invariant catalog.
+    Invariants(schema_cmd::InvariantsArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -66,5 +74,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Trace(a) => trace_cmd::run(a),
         Command::Conformance(a) => conformance_cmd::run(a),
         Command::GenTraces(a) => gen_cmd::run(a),
+        Command::Replay(a) => replay_cmd::run(a),
+        Command::Schema(a) => schema_cmd::run(a),
+        Command::Invariants(a) => schema_cmd::run_invariants(a),
     }
 }

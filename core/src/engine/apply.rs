@@ -1,0 +1,478 @@
+//! Applying plan ops to an engine. Effects the model decides (allocations) are
+//! re-derived and compared with what the plan recorded; effects the planner
+//! decided (shadow blocks, frees, windows) are applied as recorded and judged.
+
+use super::content::ZERO_TAG;
+use super::{Deferred, Engine, Mismatch, PendingOutput};
+use crate::invariants::Violation;
+use crate::kv::{AllocateArgs, GroupKind, MambaMode, RequestStatus, NULL_BLOCK};
+use crate::plan::{BatchEntry, Expect, PlanOp, ShadowGroup, TailMode};
+
+/// What applying one op found.
+#[derive(Clone, Debug, Default)]
+pub struct OpOutcome {
+    /// Planner-invariant violations caused by this op.
+    pub violations: Vec<Violation>,
+    /// A short, deterministic description of the op's result (for the trace).
+    pub result: String,
+}
+
+impl OpOutcome {
+    fn ok(result: impl Into<String>) -> Self {
+        OpOutcome { violations: Vec::new(), result: result.into() }
+    }
+}
+
+/// Host-side bookkeeping that must stay outside timed windows (PL-TIMED-HOST).
+fn is_host_bookkeeping(op: &PlanOp) -> Option<&'static str> {
+    match op {
+        PlanOp::CacheBlocks { .. } => Some("cache_blocks (block registration)"),
+        PlanOp::RegisterShadow { .. } => Some("shadow registration"),
+        PlanOp::ZeroBlocks { .. } => Some("block zeroing"),
+        PlanOp::CopyBlock { .. } => Some("block copy"),
+        PlanOp::HostWork { .. } => Some("host work"),
+        PlanOp::ReleaseCow => Some("copy-on-write release"),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// Apply one op. `Err` = the plan disagrees with the model.
+    pub fn apply(&mut self, op: &PlanOp) -> Result<OpOutcome, Mismatch> {
+        let mut pre = Vec::new();
+        if let (Some(point), Some(what)) = (self.timed, is_host_bookkeeping(op)) {
+            pre.push(Self::violation("PL-TIMED-HOST", format!("{what} inside the timed window of point {point}")));
+        }
+        let mut out = match op {
+            PlanOp::AddRequest { req, prompt, cache_salt } => self.add_request(req, prompt.materialise(), cache_salt.clone()),
+            PlanOp::Schedule { req, num_new_tokens, use_prefix_cache, full_sequence_must_fit, delay_cache_blocks, expect } => {
+                self.schedule(req, *num_new_tokens, *use_prefix_cache, *full_sequence_must_fit, *delay_cache_blocks, expect)?
+            }
+            PlanOp::Forward { batch } => self.forward(batch)?,
+            PlanOp::ProcessOutputs => self.process_outputs(),
+            PlanOp::CacheBlocks { req, num_tokens } => {
+                let r = self.req(req)?;
+                if *num_tokens > r.req.num_computed_tokens {
+                    return Err(Mismatch(format!("cache_blocks of {num_tokens} tokens but {req} computed {}", r.req.num_computed_tokens)));
+                }
+                let request = r.req.clone();
+                self.kv.cache_blocks(&request, *num_tokens).map_err(|e| Mismatch(e.to_string()))?;
+                OpOutcome::ok("cached")
+            }
+            PlanOp::Finish { req, fenced } => self.finish(req, *fenced)?,
+            PlanOp::Shed { req, fenced } => {
+                let out = self.finish(req, *fenced)?;
+                self.shed.insert(req.clone());
+                out
+            }
+            PlanOp::Preempt { req } => {
+                let rid = self.req(req)?.req.id;
+                self.kv.free(rid);
+                let r = self.requests.get_mut(req).expect("checked");
+                r.req.num_computed_tokens = 0;
+                r.req.status = RequestStatus::Preempted;
+                OpOutcome::ok("preempted")
+            }
+            PlanOp::RegisterShadow { shadow, chain, ctx, headroom, tail, groups, ok, covered } => {
+                self.register_shadow(shadow, chain, *ctx, *headroom, *tail, groups, *ok, *covered)?
+            }
+            PlanOp::ReleaseCow => {
+                let blocks = std::mem::take(&mut self.cow_retained);
+                let n = blocks.len();
+                self.kv.pool.free_blocks(blocks);
+                OpOutcome::ok(format!("released {n}"))
+            }
+            PlanOp::ZeroBlocks { blocks, .. } => {
+                for &b in blocks {
+                    self.content[b as usize] = Some(ZERO_TAG);
+                }
+                OpOutcome::ok(format!("zeroed {}", blocks.len()))
+            }
+            PlanOp::CopyBlock { src, dst, .. } => {
+                self.content[*dst as usize] = self.content[*src as usize];
+                OpOutcome::ok("copied")
+            }
+            PlanOp::ResetPrefixCache { expect } => {
+                let mut out = OpOutcome::default();
+                if !self.deferred.is_empty() {
+                    out.violations.push(Self::violation(
+                        "PL-FENCE",
+                        format!("prefix-cache reset with {} fenced frees pending", self.deferred.len()),
+                    ));
+                }
+                let done = self.kv.reset_prefix_cache();
+                if expect.is_some_and(|e| e != done) {
+                    return Err(Mismatch(format!("reset_prefix_cache returned {done}, the plan saw {expect:?}")));
+                }
+                out.result = format!("reset {done}");
+                out
+            }
+            PlanOp::BeginTimed { point } => {
+                if let Some(open) = self.timed {
+                    return Err(Mismatch(format!("timed window of point {point} opened inside point {open}'s")));
+                }
+                self.timed = Some(*point);
+                OpOutcome::ok(format!("timed {point}"))
+            }
+            PlanOp::EndTimed { point } => {
+                if self.timed != Some(*point) {
+                    return Err(Mismatch(format!("end of timed window {point} but {:?} is open", self.timed)));
+                }
+                self.timed = None;
+                OpOutcome::ok(format!("untimed {point}"))
+            }
+            PlanOp::InjectPoint { point } => {
+                self.injected = Some(*point);
+                OpOutcome::ok(format!("inject {point}"))
+            }
+            PlanOp::HostWork { label } => OpOutcome::ok(label.clone()),
+            PlanOp::EndSweep => self.end_sweep(),
+        };
+        pre.append(&mut out.violations);
+        out.violations = pre;
+        Ok(out)
+    }
+
+    fn req(&self, id: &str) -> Result<&super::EngineReq, Mismatch> {
+        self.requests.get(id).ok_or_else(|| Mismatch(format!("request \"{id}\" is not live on rank {}", self.rank)))
+    }
+
+    fn add_request(&mut self, id: &str, prompt: Vec<u64>, salt: Option<String>) -> OpOutcome {
+        let mut out = OpOutcome::ok("added");
+        if self.shed.contains(id) {
+            out.violations.push(Self::violation("PL-NO-READMIT", format!("request \"{id}\" was shed and is admitted again")));
+        }
+        let r = self.new_request(prompt, salt);
+        self.requests.insert(id.to_string(), r);
+        out
+    }
+
+    fn fence_check(&self, what: &str, drawn: usize, out: &mut OpOutcome) {
+        if drawn > 0 && !self.deferred.is_empty() {
+            out.violations.push(Self::violation(
+                "PL-FENCE",
+                format!("{what} drew {drawn} blocks with {} fenced frees pending", self.deferred.len()),
+            ));
+        }
+    }
+
+    fn schedule(
+        &mut self,
+        id: &str,
+        n: u64,
+        use_cache: bool,
+        fsmf: bool,
+        delay: bool,
+        expect: &Expect,
+    ) -> Result<OpOutcome, Mismatch> {
+        let r = self.req(id)?;
+        let admitting = r.req.status != RequestStatus::Running;
+        let hits = (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
+        let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        if r.req.num_computed_tokens + hit_tokens + n > r.req.num_tokens() + r.req.num_output_placeholders {
+            return Err(Mismatch(format!("{id}: scheduling {n} tokens beyond the known sequence")));
+        }
+        let request = r.req.clone();
+        let free_before = self.kv.pool.num_free_blocks();
+        let args = AllocateArgs {
+            num_new_tokens: n,
+            hits: hits.as_ref(),
+            num_lookahead_tokens: 0,
+            delay_cache_blocks: delay,
+            full_sequence_must_fit: fsmf,
+            reserved_blocks: 0,
+        };
+        let got = self.kv.allocate_slots(&request, args).map_err(|e| Mismatch(e.to_string()))?;
+        let mut out = OpOutcome::default();
+        match (got, expect.refused) {
+            (None, true) => {
+                out.result = "refused".into();
+                return Ok(out);
+            }
+            (None, false) => return Err(Mismatch(format!("{id}: allocation of {n} tokens refused; the plan expected success"))),
+            (Some(_), true) => return Err(Mismatch(format!("{id}: allocation succeeded; the plan expected a refusal"))),
+            (Some(_), false) => {}
+        }
+        let drawn = free_before.saturating_sub(self.kv.pool.num_free_blocks());
+        self.fence_check(&format!("allocation for {id}"), drawn, &mut out);
+        if let Some(h) = expect.hit_tokens {
+            if h != hit_tokens {
+                return Err(Mismatch(format!("{id}: prefix hit of {hit_tokens} tokens; the plan expected {h}")));
+            }
+        }
+        let r = self.requests.get_mut(id).expect("checked");
+        r.req.num_computed_tokens += hit_tokens;
+        r.req.status = RequestStatus::Running;
+        let tables = self.kv.get_block_ids(r.req.id);
+        if let Some(t) = &expect.tables {
+            if *t != tables {
+                return Err(Mismatch(format!("{id}: block tables {tables:?}; the plan recorded {t:?}")));
+            }
+        }
+        out.result = format!("hit {hit_tokens} tables {tables:?}");
+        Ok(out)
+    }
+
+    /// Positions of group `g` that a request with `c` computed tokens reads.
+    fn read_range(kind: GroupKind, c: u64) -> u64 {
+        match kind {
+            GroupKind::FullAttention | GroupKind::Mla => 0,
+            GroupKind::SlidingWindow { sliding_window } => (c + 1).saturating_sub(sliding_window),
+            GroupKind::ChunkedLocal { attention_chunk_size } => c / attention_chunk_size * attention_chunk_size,
+            GroupKind::Mamba { .. } => c,
+        }
+    }
+
+    fn state_index(kind: GroupKind, bs: u64, n: u64) -> usize {
+        match kind {
+            GroupKind::Mamba { mamba_cache_mode: MambaMode::None } => 0,
+            _ => (n.div_ceil(bs) as usize).saturating_sub(1),
+        }
+    }
+
+    fn forward(&mut self, batch: &[BatchEntry]) -> Result<OpOutcome, Mismatch> {
+        let mut out = OpOutcome::default();
+        self.in_forward = batch.iter().map(|e| e.req.clone()).collect();
+        let groups: Vec<(GroupKind, u64)> = self.kv.config.groups.iter().map(|g| (g.kind, g.block_size)).collect();
+        for e in batch {
+            let r = self.requests.get(&e.req).ok_or_else(|| Mismatch(format!("forward of unknown request {}", e.req)))?;
+            if r.req.status != RequestStatus::Running {
+                return Err(Mismatch(format!("forward of {} which is not scheduled", e.req)));
+            }
+            // A shadow may only read a chain that is parked and drained.
+            if let Some((chain, ctx)) = &r.shadow_of {
+                if let Some(c) = self.requests.get(chain) {
+                    let busy = self.in_forward.contains(chain);
+                    if busy || c.req.num_output_placeholders > 0 || c.req.num_computed_tokens < *ctx {
+                        out.violations.push(Self::violation(
+                            "PL-SHADOW-PARKED",
+                            format!(
+                                "shadow {} reads chain {chain} (in this forward: {busy}, placeholders: {}, computed {} < ctx {ctx}: {})",
+                                e.req,
+                                c.req.num_output_placeholders,
+                                c.req.num_computed_tokens,
+                                c.req.num_computed_tokens < *ctx
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        for e in batch {
+            let r = self.requests.get_mut(&e.req).expect("checked above");
+            let c = r.req.num_computed_tokens;
+            let end = c + e.tokens;
+            if end > r.req.num_tokens() + r.req.num_output_placeholders {
+                return Err(Mismatch(format!("forward of {} past its known tokens", e.req)));
+            }
+            let tables = self.kv.get_block_ids(r.req.id);
+            let tokens = r.req.tokens.clone();
+            for (g, &(kind, bs)) in groups.iter().enumerate() {
+                let table = &tables[g];
+                if let GroupKind::Mamba { .. } = kind {
+                    if c > 0 {
+                        let idx = Self::state_index(kind, bs, c);
+                        let expected = r.prefix[g].state_tag(&tokens, c as usize);
+                        let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
+                        let actual = if block == NULL_BLOCK { None } else { self.content[block as usize] };
+                        if actual != Some(expected) {
+                            out.violations.push(Self::violation(
+                                "PL-WINDOW",
+                                format!("{} reads recurrent state of group {g} at depth {c} from block {block}, which holds other content", e.req),
+                            ));
+                        }
+                    }
+                    let idx = Self::state_index(kind, bs, end);
+                    let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
+                    if block == NULL_BLOCK {
+                        return Err(Mismatch(format!("{}: no state block allocated in group {g} for depth {end}", e.req)));
+                    }
+                    self.content[block as usize] = Some(r.prefix[g].state_tag(&tokens, end as usize));
+                    continue;
+                }
+                let lo = Self::read_range(kind, c);
+                if c > lo {
+                    for i in (lo / bs) as usize..=((c - 1) / bs) as usize {
+                        let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
+                        let upto = (((i as u64) + 1) * bs).min(c) as usize;
+                        let expected = r.prefix[g].block_tag(&tokens, i, upto);
+                        let actual = if block == NULL_BLOCK { None } else { self.content[block as usize] };
+                        if actual != Some(expected) {
+                            out.violations.push(Self::violation(
+                                "PL-WINDOW",
+                                format!(
+                                    "{} reads block {block} (index {i}) of group {g} ({}) for positions below {c}; it was freed, evicted or overwritten",
+                                    e.req,
+                                    kind.name()
+                                ),
+                            ));
+                            break;
+                        }
+                    }
+                }
+                for i in (c / bs) as usize..=((end - 1) / bs) as usize {
+                    let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
+                    if block == NULL_BLOCK {
+                        return Err(Mismatch(format!("{}: writes position {} of group {g} without a block", e.req, i as u64 * bs)));
+                    }
+                    let upto = (((i as u64) + 1) * bs).min(end) as usize;
+                    self.content[block as usize] = Some(r.prefix[g].block_tag(&tokens, i, upto));
+                }
+            }
+            r.req.num_computed_tokens = end;
+            if !e.output.is_empty() {
+                if self.scenario.scheduler.async_scheduling || self.output_delay > 0 {
+                    r.req.num_output_placeholders += e.output.len() as u64;
+                    self.pending_outputs.push(PendingOutput {
+                        step_seq: self.step_seq,
+                        land_seq: self.step_seq + self.output_delay,
+                        req: e.req.clone(),
+                        tokens: e.output.clone(),
+                    });
+                } else {
+                    r.req.append_output(&e.output);
+                }
+            }
+        }
+        out.result = format!("forward {}", batch.len());
+        Ok(out)
+    }
+
+    fn process_outputs(&mut self) -> OpOutcome {
+        let now = self.step_seq;
+        let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs).into_iter().partition(|p| p.land_seq <= now);
+        self.pending_outputs = waiting;
+        for p in landing {
+            if let Some(r) = self.requests.get_mut(&p.req) {
+                r.req.num_output_placeholders -= p.tokens.len() as u64;
+                r.req.append_output(&p.tokens);
+            }
+        }
+        // Processed up to the step before the oldest output still in flight.
+        self.processed_seq = self.pending_outputs.iter().map(|p| p.step_seq - 1).min().unwrap_or(now);
+        let processed = self.processed_seq;
+        let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred).into_iter().partition(|d| d.step_seq <= processed);
+        self.deferred = keep;
+        for d in &release {
+            self.kv.free_detached(&d.blocks);
+        }
+        OpOutcome::ok(format!("processed to {processed}, released {}", release.len()))
+    }
+
+    fn finish(&mut self, id: &str, fenced: bool) -> Result<OpOutcome, Mismatch> {
+        let rid = self.req(id)?.req.id;
+        if fenced {
+            let blocks = self.kv.pop_blocks_for_free(rid);
+            self.deferred.push(Deferred { step_seq: self.step_seq, req: id.to_string(), blocks });
+        } else {
+            self.kv.free(rid);
+        }
+        self.requests.remove(id);
+        Ok(OpOutcome::ok(if fenced { "finished (fenced)" } else { "finished" }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn register_shadow(
+        &mut self,
+        shadow: &str,
+        chain: &str,
+        ctx: u64,
+        _headroom: u64,
+        tail: TailMode,
+        groups: &[ShadowGroup],
+        ok: bool,
+        covered: bool,
+    ) -> Result<OpOutcome, Mismatch> {
+        let mut out = OpOutcome::default();
+        let ok = ok && !std::mem::take(&mut self.fail_next_registration);
+        let ngroups = self.kv.groups.len();
+        let chain_req = self.req(chain)?;
+        let chain_tables = self.kv.get_block_ids(chain_req.req.id);
+        let chain_tokens = chain_req.req.tokens.clone();
+        if ctx == 0 || ctx as usize > chain_tokens.len() {
+            return Err(Mismatch(format!("shadow {shadow} at ctx {ctx} of a {}-token chain", chain_tokens.len())));
+        }
+        let before = (self.kv.pool.num_free_blocks(), self.retained().len());
+        let mut tables = Vec::with_capacity(ngroups);
+        let mut drawn = 0usize;
+        for (g, grp) in groups.iter().enumerate() {
+            if !grp.shared.iter().zip(&chain_tables[g]).all(|(a, b)| a == b) || grp.shared.len() > chain_tables[g].len() {
+                return Err(Mismatch(format!("shadow {shadow} group {g}: shared blocks are not the chain's")));
+            }
+            self.kv.pool.touch(&grp.shared);
+            let fresh = self.kv.pool.get_new_blocks(grp.tail.len()).map_err(|e| Mismatch(format!("shadow {shadow} group {g}: {e}")))?;
+            if fresh != grp.tail {
+                return Err(Mismatch(format!("shadow {shadow} group {g}: tail {:?}; the pool hands out {fresh:?}", grp.tail)));
+            }
+            drawn += fresh.len();
+            for (k, &b) in grp.tail.iter().enumerate() {
+                self.content[b as usize] = match (k, tail, grp.cow_from) {
+                    (0, TailMode::Cow, Some(src)) => {
+                        self.kv.pool.retain(src);
+                        self.cow_retained.push(src);
+                        self.content[src as usize]
+                    }
+                    _ => Some(ZERO_TAG),
+                };
+            }
+            let mut t = grp.shared.clone();
+            t.extend_from_slice(&grp.tail);
+            tables.push(t);
+        }
+        self.fence_check(&format!("shadow {shadow} registration"), drawn, &mut out);
+        if !ok {
+            if covered {
+                out.violations.push(Self::violation(
+                    "PL-COVERAGE",
+                    format!("shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"),
+                ));
+            }
+            if (self.kv.pool.num_free_blocks(), self.retained().len()) != before || !groups.is_empty() {
+                out.violations.push(Self::violation(
+                    "PL-SHADOW-ATOMIC",
+                    format!("failed registration of shadow {shadow} left {} groups' blocks behind", groups.len()),
+                ));
+                // The blocks stay referenced by nobody but the failed attempt.
+                self.phantom.extend(tables.iter().flatten().filter(|&&b| b != NULL_BLOCK).copied());
+            }
+            out.result = "registration failed".into();
+            return Ok(out);
+        }
+        if groups.len() != ngroups || tables.iter().any(|t| t.is_empty()) {
+            let have = tables.iter().filter(|t| !t.is_empty()).count();
+            out.violations.push(Self::violation(
+                "PL-SHADOW-ATOMIC",
+                format!("shadow {shadow} registered in {have} of {ngroups} groups"),
+            ));
+            tables.resize(ngroups, Vec::new());
+        }
+        // The shadow decodes position ctx: it knows the chain's tokens up to and
+        // including its input token there.
+        let prompt = chain_tokens[..(ctx as usize + 1).min(chain_tokens.len())].to_vec();
+        let mut r = self.new_request(prompt, None);
+        r.req.num_computed_tokens = ctx;
+        r.req.status = RequestStatus::Running;
+        r.shadow_of = Some((chain.to_string(), ctx));
+        self.kv.adopt_tables(r.req.id, &tables);
+        self.requests.insert(shadow.to_string(), r);
+        out.result = format!("shadow tables {tables:?}");
+        Ok(out)
+    }
+
+    fn end_sweep(&mut self) -> OpOutcome {
+        let mut out = OpOutcome::ok("end of sweep");
+        let held: Vec<u32> = (1..self.kv.pool.num_blocks()).filter(|&b| self.kv.pool.ref_cnt(b) > 0).collect();
+        if !held.is_empty() || self.kv.pool.num_cached_keys() > 0 {
+            out.violations.push(Self::violation(
+                "PL-CLEAN-END",
+                format!(
+                    "after the sweep {} blocks are referenced (first {:?}) and {} prefix-cache keys remain",
+                    held.len(),
+                    &held[..held.len().min(5)],
+                    self.kv.pool.num_cached_keys()
+                ),
+            ));
+        }
+        out
+    }
+}

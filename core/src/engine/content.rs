@@ -1,0 +1,43 @@
+//! What each block holds: a tag derived from the tokens written into it, so any
+//! read can be checked against what the reader expects (the simulator's
+//! equivalent of the GPU executor's content checksums).
+
+use crate::kv::hash::{extend_block_hashes, hash_block};
+
+/// Content of a zeroed block.
+pub const ZERO_TAG: u128 = 0x7a65_726f_7a65_726f_7a65_726f_7a65_726f;
+const STATE_MARK: u64 = u64::MAX - 7;
+
+/// Per-request prefix hashes at one block size, extended as tokens grow.
+#[derive(Clone, Debug, Default)]
+pub struct PrefixHashes {
+    bs: usize,
+    full: Vec<u128>,
+}
+
+impl PrefixHashes {
+    pub fn new(bs: u64) -> Self {
+        PrefixHashes { bs: bs as usize, full: Vec::new() }
+    }
+
+    /// Attention block `i` holding tokens `[i·bs, upto)` of `tokens`.
+    pub fn block_tag(&mut self, tokens: &[u64], i: usize, upto: usize) -> u128 {
+        extend_block_hashes(&mut self.full, &tokens[..upto.min(tokens.len())], self.bs, None);
+        let start = i * self.bs;
+        if upto == start + self.bs {
+            return self.full[i];
+        }
+        let parent = if i == 0 { None } else { Some(self.full[i - 1]) };
+        hash_block(parent, &tokens[start..upto], None)
+    }
+
+    /// Recurrent state after consuming `tokens[..n]`.
+    pub fn state_tag(&mut self, tokens: &[u64], n: usize) -> u128 {
+        if n == 0 {
+            return ZERO_TAG;
+        }
+        let i = (n - 1) / self.bs;
+        let t = self.block_tag(tokens, i, n);
+        hash_block(Some(t), &[STATE_MARK], None)
+    }
+}

@@ -1,0 +1,146 @@
+//! One rank's engine as plans see it: vLLM's KV-cache manager plus the scheduler
+//! state Dynamo depends on (dynamo_fpm.md §11): request lifecycle, the
+//! deferred-free fence, async output placeholders, shadows, shed requests,
+//! copy-on-write retentions, timed windows, and what every block holds.
+//!
+//! `apply` runs one plan op. It returns an `OpOutcome` carrying planner-invariant
+//! violations spotted while applying it; model invariants are checked by the
+//! executor after every op (`crate::invariants`).
+
+mod apply;
+pub mod content;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use content::PrefixHashes;
+
+use crate::invariants::Violation;
+use crate::kv::{KvCacheManager, ReqId, Request};
+use crate::plan::Scenario;
+
+/// A request the engine knows about.
+#[derive(Clone, Debug)]
+pub struct EngineReq {
+    pub req: Request,
+    /// For a shadow: the chain it borrows from, and the context it was cut at.
+    pub shadow_of: Option<(String, u64)>,
+    /// Per group: prefix hashes at the group's block size (content tags).
+    pub prefix: Vec<PrefixHashes>,
+}
+
+/// Outputs of a forward that have not been processed yet.
+#[derive(Clone, Debug)]
+pub struct PendingOutput {
+    pub step_seq: u64,
+    pub land_seq: u64,
+    pub req: String,
+    pub tokens: Vec<u64>,
+}
+
+/// Blocks detached by a fenced free, held until their step's outputs are processed.
+#[derive(Clone, Debug)]
+pub struct Deferred {
+    pub step_seq: u64,
+    pub req: String,
+    pub blocks: Vec<u32>,
+}
+
+/// A disagreement between the plan and the model (the plan cannot have been
+/// produced against this scenario).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Mismatch(pub String);
+
+#[derive(Clone, Debug)]
+pub struct Engine {
+    pub rank: u32,
+    pub scenario: Scenario,
+    pub kv: KvCacheManager,
+    pub requests: BTreeMap<String, EngineReq>,
+    next_rid: ReqId,
+    /// Incremented at every step start (`sched_step_seq`).
+    pub step_seq: u64,
+    /// The last step whose outputs were processed (`processed_step_seq`).
+    pub processed_seq: u64,
+    pub deferred: Vec<Deferred>,
+    pub pending_outputs: Vec<PendingOutput>,
+    /// Copy-on-write sources holding an extra reference until released.
+    pub cow_retained: Vec<u32>,
+    /// Blocks taken away by a pool-shrink fault.
+    pub phantom: Vec<u32>,
+    /// Requests shed for good.
+    pub shed: BTreeSet<String>,
+    /// What each block holds (by block id); `None` = never written.
+    pub content: Vec<Option<u128>>,
+    /// The benchmark point whose timed window is open.
+    pub timed: Option<u64>,
+    /// Requests in the current step's forward batch.
+    pub in_forward: BTreeSet<String>,
+    /// Point injected by this rank in the current step.
+    pub injected: Option<u64>,
+    /// Outputs produced in the current step land this many steps late (fault).
+    pub output_delay: u64,
+    /// The next shadow registration fails locally (fault).
+    pub fail_next_registration: bool,
+    /// The soft deadline has passed (fault / clock).
+    pub deadline_passed: bool,
+}
+
+impl Engine {
+    pub fn new(scenario: &Scenario, rank: u32) -> Result<Self, Mismatch> {
+        let kv = KvCacheManager::new(scenario.kv_config()).map_err(|e| Mismatch(e.0))?;
+        Ok(Engine {
+            rank,
+            content: vec![None; scenario.pool_blocks as usize],
+            scenario: scenario.clone(),
+            kv,
+            requests: BTreeMap::new(),
+            next_rid: 0,
+            step_seq: 0,
+            processed_seq: 0,
+            deferred: Vec::new(),
+            pending_outputs: Vec::new(),
+            cow_retained: Vec::new(),
+            phantom: Vec::new(),
+            shed: BTreeSet::new(),
+            timed: None,
+            in_forward: BTreeSet::new(),
+            injected: None,
+            output_delay: 0,
+            fail_next_registration: false,
+            deadline_passed: false,
+        })
+    }
+
+    /// References held outside block tables, one entry per reference.
+    pub fn retained(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.deferred.iter().flat_map(|d| d.blocks.iter().copied()).collect();
+        v.extend(self.cow_retained.iter().copied());
+        v.extend(self.phantom.iter().copied());
+        v.retain(|&b| b != 0);
+        v
+    }
+
+    /// A new scheduler step starts (`new_step_starts`, `sched_step_seq += 1`).
+    pub fn begin_step(&mut self) {
+        self.step_seq += 1;
+        self.kv.new_step_starts();
+        self.in_forward.clear();
+        self.injected = None;
+        self.output_delay = 0;
+    }
+
+    fn new_request(&mut self, prompt: Vec<u64>, salt: Option<String>) -> EngineReq {
+        let rid = self.next_rid;
+        self.next_rid += 1;
+        let req = Request::new(rid, prompt, salt, self.kv.request_hash_block_size());
+        let prefix = self.scenario.model.groups.iter().map(|g| PrefixHashes::new(g.block_size)).collect();
+        EngineReq { req, shadow_of: None, prefix }
+    }
+
+    fn violation(id: &'static str, detail: String) -> Violation {
+        Violation { id, detail }
+    }
+}
+
+pub use apply::OpOutcome;

@@ -1,0 +1,115 @@
+//! The invariant catalog: every ID, its statement, its source and where it is
+//! checked. `spec/invariants.md` is generated from this table and a test keeps
+//! the two identical.
+
+/// One catalog entry.
+pub struct Invariant {
+    pub id: &'static str,
+    pub statement: &'static str,
+    pub source: &'static str,
+    /// The one function that checks it.
+    pub checked_in: &'static str,
+}
+
+pub const CATALOG: &[Invariant] = &[
+    Invariant {
+        id: "KV-REF",
+        statement: "A block's ref count equals the number of its holders: block-table entries over all requests and groups, plus references held outside tables (fenced frees, copy-on-write retentions). No table holds a block twice.",
+        source: "vllm_kv.md §7 items 2, 5",
+        checked_in: "core/src/invariants/model.rs: check_ref_counts",
+    },
+    Invariant {
+        id: "KV-FREEQ",
+        statement: "A non-null block is in the free queue if and only if its ref count is 0.",
+        source: "vllm_kv.md §7 item 2",
+        checked_in: "core/src/invariants/model.rs: check_free_queue",
+    },
+    Invariant {
+        id: "KV-CACHE",
+        statement: "Every prefix-cache entry points at a block holding that (hash, group) key, and every key a block holds is registered in the map.",
+        source: "vllm_kv.md §7 item 6",
+        checked_in: "core/src/invariants/model.rs: check_prefix_cache",
+    },
+    Invariant {
+        id: "KV-CONSERVE",
+        statement: "Blocks are conserved: free blocks plus referenced blocks equal the usable blocks (all but the null block).",
+        source: "vllm_kv.md §7 item 4",
+        checked_in: "core/src/invariants/model.rs: check_conservation",
+    },
+    Invariant {
+        id: "KV-NULL",
+        statement: "The null block 0 is never handed out: never in the free queue, never referenced, never hashed.",
+        source: "vllm_kv.md §7 item 1",
+        checked_in: "core/src/invariants/model.rs: check_null_block",
+    },
+    Invariant {
+        id: "PL-WINDOW",
+        statement: "No eviction before the window: every attention read (full, MLA, sliding-window, chunked-local) and every recurrent-state read finds the block holding exactly the content the reader expects; a block freed, evicted, overwritten or taken from the wrong depth fails.",
+        source: "dynamo_fpm.md §4, §8.2 (sliding-window history evicted before read; recurrent state from the wrong depth)",
+        checked_in: "core/src/engine/apply.rs: Engine::forward",
+    },
+    Invariant {
+        id: "PL-SHADOW-ATOMIC",
+        statement: "Shadow registration is all-or-nothing across cache groups: a registered shadow has blocks in every group; a failed registration leaves the pool exactly as before.",
+        source: "dynamo_fpm.md §3.6; §8.2 (pool exhausted mid-registration)",
+        checked_in: "core/src/engine/apply.rs: Engine::register_shadow",
+    },
+    Invariant {
+        id: "PL-FENCE",
+        statement: "The deferred-free fence is drained before any pool draw (allocation or shadow tail) and before a prefix-cache reset.",
+        source: "dynamo_fpm.md §3.7, §11; §8.2 (frees racing a prefix reset)",
+        checked_in: "core/src/engine/apply.rs: Engine::fence_check / ResetPrefixCache",
+    },
+    Invariant {
+        id: "PL-NO-READMIT",
+        statement: "A shed request is never admitted again.",
+        source: "dynamo_fpm.md §1.12, §3.3; §8.2 (shed chain re-admitted after a soft timeout)",
+        checked_in: "core/src/engine/apply.rs: Engine::add_request",
+    },
+    Invariant {
+        id: "PL-SHADOW-PARKED",
+        statement: "No shadow reads KV of a chain that is not parked and drained: the chain is not in the same forward, has no output placeholder in flight, and has computed at least the shadow's context.",
+        source: "dynamo_fpm.md §3.4–3.5",
+        checked_in: "core/src/engine/apply.rs: Engine::forward (shadow check)",
+    },
+    Invariant {
+        id: "PL-COVERAGE",
+        statement: "Plan coverage implies registration succeeds: a point planned as covered (its tail blocks reserved) never fails shadow registration.",
+        source: "dynamo_fpm.md §2.3, §3.1",
+        checked_in: "core/src/engine/apply.rs: Engine::register_shadow (covered)",
+    },
+    Invariant {
+        id: "PL-CLEAN-END",
+        statement: "After a sweep every block is at ref 0 and the prefix cache is empty.",
+        source: "dynamo_fpm.md §11; §1.8 (DONE clears the prefix cache)",
+        checked_in: "core/src/engine/apply.rs: Engine::end_sweep",
+    },
+    Invariant {
+        id: "PL-DP-LOCKSTEP",
+        statement: "All attention-DP ranks inject the same benchmark point in the same step.",
+        source: "dynamo_fpm.md §7, §11",
+        checked_in: "core/src/invariants/ranks.rs: check_lockstep",
+    },
+    Invariant {
+        id: "PL-TIMED-HOST",
+        statement: "No host-side bookkeeping (block registration, shadow registration, zeroing, copies) inside a timed window.",
+        source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",
+        checked_in: "core/src/engine/apply.rs: Engine::apply (timed-window guard)",
+    },
+];
+
+/// Render the catalog as the Markdown of `spec/invariants.md`.
+pub fn render_markdown() -> String {
+    let mut s = String::from(
+        "# Invariant catalog\n\n\
+         Generated from `core/src/invariants/catalog.rs` (`kvsim invariants --markdown`); a test keeps this file\n\
+         identical to the table. Each ID has exactly one check, and `tests/tests/invariant_plans.rs` (planner\n\
+         invariants) or `tests/tests/model_invariants.rs` (model invariants) shows a bad plan or a model mutant\n\
+         tripping it while the fixed version passes.\n\n\
+         | ID | Statement | Source | Checked in |\n|---|---|---|---|\n",
+    );
+    for i in CATALOG {
+        s.push_str(&format!("| `{}` | {} | {} | `{}` |\n", i.id, i.statement, i.source, i.checked_in));
+    }
+    s
+}

@@ -1,0 +1,19 @@
+//! Plans: the data planners produce and executors run (spec/plan.md).
+//!
+//! A plan is a scenario (model layout, pool, scheduler config, ranks, seed) plus a
+//! step-indexed list of scheduler steps. Every op carries what an executor needs;
+//! nothing is left for it to guess. A recorded plan replays without its planner.
+
+mod scenario;
+mod steps;
+mod tokens;
+mod validate;
+
+
+pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
+pub use steps::{BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
+pub use tokens::Tokens;
+pub use validate::{load_plan, PlanError};
+
+/// The plan format tag; bumped on any incompatible change.
+pub const PLAN_FORMAT: &str = "kvsim-plan/1";

@@ -1,0 +1,207 @@
+//! Plan steps and ops (spec/plan.md §3).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::scenario::Scenario;
+use super::tokens::Tokens;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Always "kvsim-plan/1".
+    pub format: String,
+    pub scenario: Scenario,
+    /// Faults the executor injects (spec/plan.md §4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultSpec>,
+    pub steps: Vec<Step>,
+}
+
+/// One scheduler step of one rank. Steps run in `step` order; within a step,
+/// ranks in ascending order; within a rank, ops in list order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub step: u64,
+    #[serde(default)]
+    pub rank: u32,
+    pub ops: Vec<PlanOp>,
+}
+
+/// What the plan expects an allocation to return (checked, never assumed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Prefix-cache hit tokens adopted at admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hit_tokens: Option<u64>,
+    /// The request's whole block table per group after the allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<Vec<Vec<u32>>>,
+    /// The planner saw this allocation refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
+}
+
+/// One request's share of a forward pass.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchEntry {
+    pub req: String,
+    /// New tokens computed for this request in this pass.
+    pub tokens: u64,
+    /// Tokens sampled by this pass (appended when the output is processed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<u64>,
+}
+
+/// How a shadow's private tail gets its content (dynamo_fpm.md §3.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TailMode {
+    /// Copy-on-write of the chain's tail block.
+    Cow,
+    /// Fresh zeroed blocks.
+    Zero,
+}
+
+/// A shadow's blocks in one group, as the planner registered them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowGroup {
+    /// The chain's blocks the shadow references (nulls allowed), never written.
+    pub shared: Vec<u32>,
+    /// Private tail blocks drawn from the pool, in pool order.
+    pub tail: Vec<u32>,
+    /// The chain block copied into `tail[0]` (copy-on-write), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cow_from: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PlanOp {
+    /// A new request arrives (waiting).
+    AddRequest {
+        req: String,
+        prompt: Tokens,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_salt: Option<String>,
+    },
+    /// Admit or continue a request: prefix lookup (waiting requests) + `allocate_slots`.
+    Schedule {
+        req: String,
+        num_new_tokens: u64,
+        #[serde(default = "yes")]
+        use_prefix_cache: bool,
+        #[serde(default)]
+        full_sequence_must_fit: bool,
+        #[serde(default)]
+        delay_cache_blocks: bool,
+        #[serde(default)]
+        expect: Expect,
+    },
+    /// The forward pass: reads every needed KV position, writes the new ones.
+    Forward { batch: Vec<BatchEntry> },
+    /// Outputs of earlier forwards are processed: placeholders land, fenced frees
+    /// of processed steps are released.
+    ProcessOutputs,
+    /// Register a request's full blocks in the prefix cache (`cache_blocks`).
+    CacheBlocks { req: String, num_tokens: u64 },
+    /// Retire through `finish_requests`; fenced frees wait for the step's outputs.
+    Finish {
+        req: String,
+        #[serde(default)]
+        fenced: bool,
+    },
+    /// Preempt a running request (its blocks are freed; it may come back).
+    Preempt { req: String },
+    /// Shed a request for good (e.g. a chain at a soft timeout): it is finished
+    /// and must never be admitted again.
+    Shed {
+        req: String,
+        #[serde(default)]
+        fenced: bool,
+    },
+    /// Register a shadow of `chain` at `ctx` with `headroom` private tail tokens.
+    RegisterShadow {
+        shadow: String,
+        chain: String,
+        ctx: u64,
+        headroom: u64,
+        tail: TailMode,
+        /// Per-group blocks as registered; empty when registration failed.
+        groups: Vec<ShadowGroup>,
+        /// The planner reported success.
+        ok: bool,
+        /// The point was planned as covered (its tail blocks were reserved).
+        #[serde(default)]
+        covered: bool,
+    },
+    /// Release copy-on-write retentions taken by shadow registration.
+    ReleaseCow,
+    /// Zero blocks of one group.
+    ZeroBlocks { group: u32, blocks: Vec<u32> },
+    /// Copy one block's content (copy-on-write).
+    CopyBlock { group: u32, src: u32, dst: u32 },
+    /// `reset_prefix_cache`, with the result the planner saw.
+    ResetPrefixCache {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<bool>,
+    },
+    /// Start of a timed measurement window for a benchmark point.
+    BeginTimed { point: u64 },
+    /// End of the timed window.
+    EndTimed { point: u64 },
+    /// This rank injects benchmark point `point` in this step.
+    InjectPoint { point: u64 },
+    /// Host-side bookkeeping (e.g. block registration) that costs wall time.
+    HostWork { label: String },
+    /// The sweep is over: every block must be back at ref 0, the cache empty.
+    EndSweep,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A fault the executor injects at a chosen step (spec/plan.md §4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FaultSpec {
+    /// The soft deadline passes at this step.
+    SoftTimeout { step: u64 },
+    /// A request is aborted (finish_requests ABORTED) at the start of the step.
+    Abort {
+        step: u64,
+        #[serde(default)]
+        rank: u32,
+        req: String,
+    },
+    /// `blocks` free blocks of the rank become unusable (a smaller pool than negotiated).
+    ShrinkPool {
+        step: u64,
+        #[serde(default)]
+        rank: u32,
+        blocks: u32,
+    },
+    /// Outputs of forwards in this step land `by` steps late (async placeholders).
+    DelayOutputs {
+        step: u64,
+        #[serde(default)]
+        rank: u32,
+        by: u64,
+    },
+    /// The rank's next shadow registration at or after `step` fails locally.
+    StageFailure { step: u64, rank: u32 },
+    /// Messages from `rank` are delivered `steps` steps late.
+    MessageLag { rank: u32, steps: u64 },
+}
+
+impl Plan {
+    pub fn new(scenario: Scenario) -> Self {
+        Plan { format: super::PLAN_FORMAT.into(), scenario, faults: Vec::new(), steps: Vec::new() }
+    }
+}
+

@@ -1,0 +1,67 @@
+//! `kvsim replay PLAN --out FILE`: run a recorded plan on a backend and write
+//! the result; `--trace` and `--perfetto` write the op trace and a timeline.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use kvsim_core::plan::load_plan;
+
+use super::{read_file, say, CliError};
+use crate::exec::{perfetto_json, run_plan, Outcome};
+use crate::output::write_atomic;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Backend {
+    Sim,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The plan (kvsim-plan/1 JSON).
+    pub plan: PathBuf,
+    /// Where to write the result JSON.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The executor.
+    #[arg(long, value_enum, default_value = "sim")]
+    pub backend: Backend,
+    /// Also write the JSON-lines op trace here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Also write a Perfetto / Chrome trace here.
+    #[arg(long)]
+    pub perfetto: Option<PathBuf>,
+}
+
+fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
+    write_atomic(path, bytes).map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
+    let text = read_file(&a.plan)?;
+    let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let report = match a.backend {
+        Backend::Sim => run_plan(&plan),
+    };
+    let mut result = serde_json::to_string_pretty(&report.to_json()).expect("results serialize");
+    result.push('\n');
+    write(&a.out, result.as_bytes())?;
+    if let Some(p) = &a.trace {
+        write(p, report.trace_jsonl().as_bytes())?;
+    }
+    if let Some(p) = &a.perfetto {
+        write(p, serde_json::to_string(&perfetto_json(&report)).expect("serializes").as_bytes())?;
+    }
+    match &report.outcome {
+        Outcome::Passed => {
+            say(format_args!("passed: {} steps, {} ops, plan {}", report.steps, report.ops, report.plan_hash))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Violation(f) | Outcome::Mismatch(f) => {
+            let what = f.invariant.as_deref().unwrap_or("PLAN-MISMATCH");
+            say(format_args!("FAILED {what} at step {} rank {} op {:?}: {}", f.step, f.rank, f.op_index, f.detail))?;
+            Ok(ExitCode::from(1))
+        }
+    }
+}

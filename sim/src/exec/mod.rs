@@ -1,0 +1,136 @@
+//! The deterministic simulator executor: runs a plan against the core model
+//! step by step on a virtual clock, checks every invariant of the catalog after
+//! every op, and stops at the first violation with a report.
+//!
+//! Determinism: no wall clock, no threads, no hash-map iteration reaches the
+//! report or the trace; the same plan gives the same bytes.
+
+mod perfetto;
+mod report;
+
+use std::collections::BTreeMap;
+
+use kvsim_core::engine::Engine;
+use kvsim_core::invariants::model::check_model;
+use kvsim_core::invariants::ranks::check_lockstep;
+use kvsim_core::invariants::Violation;
+use kvsim_core::plan::{FaultSpec, Plan, PlanOp};
+use serde_json::json;
+
+pub use perfetto::perfetto_json;
+pub use report::{Finding, Outcome, RunReport, TraceEvent};
+
+/// Nominal step duration until the cost model (issue 8) replaces it: a fixed
+/// launch overhead plus a per-token term. Only orders events on the timeline.
+fn nominal_step_ns(tokens: u64) -> u64 {
+    1_000_000 + 20 * tokens
+}
+
+/// Deterministic digest of a plan (canonical JSON, xxh3-128).
+pub fn plan_hash(plan: &Plan) -> String {
+    let text = serde_json::to_string(plan).expect("plans serialize");
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+}
+
+fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut Vec<String>) {
+    for f in &plan.faults {
+        match f {
+            FaultSpec::SoftTimeout { step: s } if *s == step => {
+                e.deadline_passed = true;
+                events.push(format!("soft timeout at step {step}"));
+            }
+            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
+                if e.requests.contains_key(req) {
+                    let _ = e.apply(&PlanOp::Finish { req: req.clone(), fenced: false });
+                    events.push(format!("abort {req}"));
+                }
+            }
+            FaultSpec::ShrinkPool { step: s, rank: r, blocks } if *s == step && *r == rank => {
+                let n = (*blocks as usize).min(e.kv.pool.num_free_blocks());
+                if let Ok(b) = e.kv.pool.get_new_blocks(n) {
+                    e.phantom.extend(b);
+                }
+                events.push(format!("pool shrunk by {n} blocks"));
+            }
+            FaultSpec::DelayOutputs { step: s, rank: r, by } if *s == step && *r == rank => {
+                e.output_delay = *by;
+                events.push(format!("outputs delayed by {by} steps"));
+            }
+            FaultSpec::StageFailure { step: s, rank: r } if *s == step && *r == rank => {
+                e.fail_next_registration = true;
+                events.push("stage failure armed".into());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Run a (validated) plan on the simulator.
+pub fn run_plan(plan: &Plan) -> RunReport {
+    let s = &plan.scenario;
+    let mut report = RunReport::new(plan_hash(plan));
+    let mut engines: Vec<Engine> = match (0..s.dp_ranks).map(|r| Engine::new(s, r)).collect() {
+        Ok(e) => e,
+        Err(m) => {
+            report.outcome = Outcome::Mismatch(Finding::at(0, 0, None, json!(null), m.0));
+            return report;
+        }
+    };
+    let mut by_step: BTreeMap<u64, BTreeMap<u32, &Vec<PlanOp>>> = BTreeMap::new();
+    for st in &plan.steps {
+        by_step.entry(st.step).or_default().insert(st.rank, &st.ops);
+    }
+    let mut clock = 0u64;
+    for (&step, ranks) in &by_step {
+        let mut step_tokens = 0u64;
+        for rank in 0..s.dp_ranks {
+            let e = &mut engines[rank as usize];
+            e.begin_step();
+            let mut fault_events = Vec::new();
+            apply_faults(plan, step, rank, e, &mut fault_events);
+            for f in fault_events {
+                report.trace.push(TraceEvent::fault(clock, step, rank, f));
+            }
+            let Some(ops) = ranks.get(&rank) else { continue };
+            for (i, op) in ops.iter().enumerate() {
+                if let PlanOp::Forward { batch } = op {
+                    step_tokens += batch.iter().map(|b| b.tokens).sum::<u64>();
+                }
+                let op_json = serde_json::to_value(op).expect("ops serialize");
+                report.ops += 1;
+                match e.apply(op) {
+                    Err(m) => {
+                        report.trace.push(TraceEvent::op(clock, step, rank, i, &op_json, format!("MISMATCH: {}", m.0)));
+                        report.outcome = Outcome::Mismatch(Finding::at(step, rank, Some(i), op_json, m.0));
+                        report.finish(clock, step);
+                        return report;
+                    }
+                    Ok(out) => {
+                        report.trace.push(TraceEvent::op(clock, step, rank, i, &op_json, out.result));
+                        let mut v: Vec<Violation> = out.violations;
+                        v.extend(check_model(&e.kv, &e.retained()));
+                        if let Some(first) = v.into_iter().next() {
+                            let f = Finding::at(step, rank, Some(i), op_json, first.detail)
+                                .with_invariant(first.id)
+                                .with_state(report::state_excerpt(e));
+                            report.outcome = Outcome::Violation(f);
+                            report.finish(clock, step);
+                            return report;
+                        }
+                    }
+                }
+            }
+        }
+        let injected: Vec<Option<u64>> = engines.iter().map(|e| e.injected).collect();
+        if let Some(v) = check_lockstep(step, &injected) {
+            report.outcome = Outcome::Violation(Finding::at(step, 0, None, json!(null), v.detail).with_invariant(v.id));
+            report.finish(clock, step);
+            return report;
+        }
+        clock += nominal_step_ns(step_tokens);
+        report.steps += 1;
+    }
+    let last = by_step.keys().next_back().copied().unwrap_or(0);
+    report.finish(clock, last);
+    report
+}

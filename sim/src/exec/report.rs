@@ -1,0 +1,133 @@
+//! What a simulator run produced: the outcome, the op trace, and a summary.
+
+use kvsim_core::engine::Engine;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// Where and what: a violation or a plan/model mismatch.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Finding {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invariant: Option<String>,
+    pub step: u64,
+    pub rank: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op_index: Option<usize>,
+    pub op: Value,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub state: Value,
+}
+
+impl Finding {
+    pub fn at(step: u64, rank: u32, op_index: Option<usize>, op: Value, detail: String) -> Self {
+        Finding { invariant: None, step, rank, op_index, op, detail, state: Value::Null }
+    }
+    pub fn with_invariant(mut self, id: &str) -> Self {
+        self.invariant = Some(id.to_string());
+        self
+    }
+    pub fn with_state(mut self, state: Value) -> Self {
+        self.state = state;
+        self
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Outcome {
+    Passed,
+    Violation(Finding),
+    /// The plan disagrees with the model: it cannot have come from this scenario.
+    Mismatch(Finding),
+}
+
+/// One line of the JSON-lines op trace.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TraceEvent {
+    pub t_ns: u64,
+    pub step: u64,
+    pub rank: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub i: Option<usize>,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub op: Value,
+    pub result: String,
+}
+
+impl TraceEvent {
+    pub fn op(t_ns: u64, step: u64, rank: u32, i: usize, op: &Value, result: String) -> Self {
+        TraceEvent { t_ns, step, rank, i: Some(i), op: op.clone(), result }
+    }
+    pub fn fault(t_ns: u64, step: u64, rank: u32, what: String) -> Self {
+        TraceEvent { t_ns, step, rank, i: None, op: Value::Null, result: format!("fault: {what}") }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub plan_hash: String,
+    pub outcome: Outcome,
+    pub steps: u64,
+    pub ops: u64,
+    pub sim_time_ns: u64,
+    pub last_step: u64,
+    pub trace: Vec<TraceEvent>,
+}
+
+impl RunReport {
+    pub fn new(plan_hash: String) -> Self {
+        RunReport { plan_hash, outcome: Outcome::Passed, steps: 0, ops: 0, sim_time_ns: 0, last_step: 0, trace: Vec::new() }
+    }
+
+    pub fn finish(&mut self, clock: u64, step: u64) {
+        self.sim_time_ns = clock;
+        self.last_step = step;
+    }
+
+    pub fn passed(&self) -> bool {
+        self.outcome == Outcome::Passed
+    }
+
+    /// The result file of `kvsim replay --backend sim`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "format": "kvsim-replay/1",
+            "backend": "sim",
+            "plan_hash": self.plan_hash,
+            "outcome": self.outcome,
+            "steps": self.steps,
+            "ops": self.ops,
+            "sim_time_ns": self.sim_time_ns,
+            "time_model": "nominal (1 ms + 20 ns/token per step) until the cost model lands",
+        })
+    }
+
+    /// The JSON-lines op trace (deterministic bytes).
+    pub fn trace_jsonl(&self) -> String {
+        let mut s = String::new();
+        for e in &self.trace {
+            s.push_str(&serde_json::to_string(e).expect("trace events serialize"));
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// The part of an engine's state a violation report shows.
+pub fn state_excerpt(e: &Engine) -> Value {
+    let live: Vec<Value> = e
+        .requests
+        .iter()
+        .map(|(id, r)| json!({"req": id, "computed": r.req.num_computed_tokens, "tokens": r.req.num_tokens(), "tables": e.kv.get_block_ids(r.req.id)}))
+        .take(16)
+        .collect();
+    json!({
+        "free_blocks": e.kv.pool.num_free_blocks(),
+        "cached_keys": e.kv.pool.num_cached_keys(),
+        "fenced_frees_pending": e.deferred.len(),
+        "cow_retained": e.cow_retained,
+        "timed_point": e.timed,
+        "live_requests": live,
+    })
+}

@@ -1,0 +1,182 @@
+//! Every planner invariant of spec/invariants.md is tripped by a hand-made bad
+//! plan, and the fixed plan passes.
+
+use kvsim_core::plan::load_plan;
+use kvsim_sim::exec::{run_plan, Outcome};
+use kvsim_tests::{plan, prefill, scenario};
+use serde_json::{json, Value};
+
+fn outcome(p: &Value) -> Outcome {
+    let plan = load_plan(&p.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    run_plan(&plan).outcome
+}
+
+fn assert_passes(p: &Value) {
+    match outcome(p) {
+        Outcome::Passed => {}
+        other => panic!("expected a pass, got {other:?}"),
+    }
+}
+
+fn assert_trips(p: &Value, id: &str) {
+    match outcome(p) {
+        Outcome::Violation(f) => assert_eq!(f.invariant.as_deref(), Some(id), "{f:?}"),
+        other => panic!("expected {id}, got {other:?}"),
+    }
+}
+
+/// Chain `c` (8 tokens, one output) on full + sliding window(4), then a shadow at ctx 8.
+fn shadow_steps(groups: Value, ok: bool, covered: bool) -> Vec<(u64, u32, Vec<Value>)> {
+    vec![
+        (0, 0, prefill("c", 8)),
+        (1, 0, vec![json!({"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 8, "headroom": 4,
+                          "tail": "zero", "groups": groups, "ok": ok, "covered": covered})]),
+    ]
+}
+
+fn both_groups() -> Value {
+    json!([{"shared": [1, 2], "tail": [5]}, {"shared": [3, 4], "tail": [6]}])
+}
+
+#[test]
+fn pl_window_sliding_window_read_after_its_block_was_overwritten() {
+    let decode = |extra: Vec<Value>| {
+        let mut ops = vec![json!({"op": "schedule", "req": "a", "num_new_tokens": 1})];
+        ops.extend(extra);
+        ops.push(json!({"op": "forward", "batch": [{"req": "a", "tokens": 1, "output": [9]}]}));
+        ops
+    };
+    let good = plan(scenario(Some(4), 1, 32), vec![(0, 0, prefill("a", 12)), (1, 0, decode(vec![]))]);
+    assert_passes(&good);
+    // The window block (index 2, positions 8..11) is zeroed before the decode reads it.
+    let bad = plan(
+        scenario(Some(4), 1, 32),
+        vec![(0, 0, prefill("a", 12)), (1, 0, decode(vec![json!({"op": "zero_blocks", "group": 1, "blocks": [6]})]))],
+    );
+    assert_trips(&bad, "PL-WINDOW");
+}
+
+#[test]
+fn pl_shadow_atomic_registration_in_only_some_groups() {
+    let mut good = shadow_steps(both_groups(), true, true);
+    good.push((2, 0, vec![json!({"op": "forward", "batch": [{"req": "s", "tokens": 1}]})]));
+    assert_passes(&plan(scenario(Some(4), 1, 32), good));
+    let bad = shadow_steps(json!([{"shared": [1, 2], "tail": [5]}]), true, true);
+    assert_trips(&plan(scenario(Some(4), 1, 32), bad), "PL-SHADOW-ATOMIC");
+    // A failed registration that still drew blocks also breaks atomicity.
+    let leaky = shadow_steps(json!([{"shared": [1, 2], "tail": [5]}]), false, false);
+    assert_trips(&plan(scenario(Some(4), 1, 32), leaky), "PL-SHADOW-ATOMIC");
+}
+
+#[test]
+fn pl_coverage_a_covered_point_whose_registration_fails() {
+    assert_passes(&plan(scenario(Some(4), 1, 32), shadow_steps(json!([]), false, false)));
+    assert_trips(&plan(scenario(Some(4), 1, 32), shadow_steps(json!([]), false, true)), "PL-COVERAGE");
+}
+
+#[test]
+fn pl_shadow_parked_shadow_reads_a_chain_still_extending() {
+    let mut good = shadow_steps(both_groups(), true, true);
+    good.push((2, 0, vec![json!({"op": "forward", "batch": [{"req": "s", "tokens": 1}]})]));
+    assert_passes(&plan(scenario(Some(4), 1, 32), good));
+    let mut bad = shadow_steps(both_groups(), true, true);
+    bad.push((2, 0, vec![
+        json!({"op": "schedule", "req": "c", "num_new_tokens": 1}),
+        json!({"op": "forward", "batch": [{"req": "c", "tokens": 1}, {"req": "s", "tokens": 1}]}),
+    ]));
+    assert_trips(&plan(scenario(Some(4), 1, 32), bad), "PL-SHADOW-PARKED");
+}
+
+#[test]
+fn pl_fence_pool_draw_and_reset_while_fenced_frees_are_pending() {
+    let steps = |drain: bool, then: Value| {
+        let mut ops = vec![json!({"op": "finish", "req": "a", "fenced": true})];
+        if drain {
+            ops.push(json!({"op": "process_outputs"}));
+        }
+        ops.push(then);
+        vec![(0, 0, prefill("a", 8)), (1, 0, vec![json!({"op": "add_request", "req": "b", "prompt": {"source": "ids", "ids": [50, 51, 52, 53, 54]}})]), (2, 0, ops)]
+    };
+    let draw = json!({"op": "schedule", "req": "b", "num_new_tokens": 5});
+    let reset = json!({"op": "reset_prefix_cache", "expect": true});
+    assert_passes(&plan(scenario(None, 1, 32), steps(true, draw.clone())));
+    assert_trips(&plan(scenario(None, 1, 32), steps(false, draw)), "PL-FENCE");
+    assert_passes(&plan(scenario(None, 1, 32), steps(true, reset)));
+    assert_trips(&plan(scenario(None, 1, 32), steps(false, json!({"op": "reset_prefix_cache"}))), "PL-FENCE");
+}
+
+#[test]
+fn pl_no_readmit_a_shed_chain_comes_back() {
+    let steps = |id: &str| {
+        vec![
+            (0, 0, prefill("c", 8)),
+            (1, 0, vec![json!({"op": "shed", "req": "c"}), json!({"op": "add_request", "req": id, "prompt": {"source": "ids", "ids": [1, 2, 3]}})]),
+        ]
+    };
+    assert_passes(&plan(scenario(None, 1, 32), steps("c2")));
+    assert_trips(&plan(scenario(None, 1, 32), steps("c")), "PL-NO-READMIT");
+}
+
+#[test]
+fn pl_clean_end_blocks_still_referenced_after_the_sweep() {
+    let end = |finish: bool| {
+        let mut ops = vec![];
+        if finish {
+            ops.push(json!({"op": "finish", "req": "a"}));
+            ops.push(json!({"op": "reset_prefix_cache", "expect": true}));
+        }
+        ops.push(json!({"op": "end_sweep"}));
+        plan(scenario(None, 1, 32), vec![(0, 0, prefill("a", 8)), (1, 0, ops)])
+    };
+    assert_passes(&end(true));
+    assert_trips(&end(false), "PL-CLEAN-END");
+}
+
+#[test]
+fn pl_dp_lockstep_ranks_inject_different_points() {
+    let steps = |p1: u64| vec![(0, 0, vec![json!({"op": "inject_point", "point": 1})]), (0, 1, vec![json!({"op": "inject_point", "point": p1})])];
+    assert_passes(&plan(scenario(None, 2, 32), steps(1)));
+    assert_trips(&plan(scenario(None, 2, 32), steps(2)), "PL-DP-LOCKSTEP");
+    // A rank that does not inject at all in that step also breaks lock-step.
+    let silent = vec![(0, 0, vec![json!({"op": "inject_point", "point": 1})])];
+    assert_trips(&plan(scenario(None, 2, 32), silent), "PL-DP-LOCKSTEP");
+}
+
+#[test]
+fn pl_timed_host_registration_booked_inside_the_timed_window() {
+    let steps = |inside: bool| {
+        let cache = json!({"op": "cache_blocks", "req": "a", "num_tokens": 8});
+        let mut ops = vec![];
+        if !inside {
+            ops.push(cache.clone());
+        }
+        ops.push(json!({"op": "begin_timed", "point": 1}));
+        if inside {
+            ops.push(cache);
+        }
+        ops.push(json!({"op": "schedule", "req": "a", "num_new_tokens": 1}));
+        ops.push(json!({"op": "forward", "batch": [{"req": "a", "tokens": 1}]}));
+        ops.push(json!({"op": "end_timed", "point": 1}));
+        vec![(0, 0, prefill("a", 8)), (1, 0, ops)]
+    };
+    assert_passes(&plan(scenario(None, 1, 32), steps(false)));
+    assert_trips(&plan(scenario(None, 1, 32), steps(true)), "PL-TIMED-HOST");
+}
+
+#[test]
+fn every_catalog_entry_is_covered_by_a_test_here_or_by_a_model_mutant() {
+    use kvsim_core::invariants::catalog::CATALOG;
+    use kvsim_core::kv::ModelMutant;
+    let here = include_str!("invariant_plans.rs");
+    for inv in CATALOG {
+        let by_mutant = ModelMutant::ALL.iter().any(|m| m.breaks() == inv.id);
+        let by_plan = here.contains(&format!("\"{}\")", inv.id));
+        assert!(by_mutant || by_plan, "{} has no failing example", inv.id);
+    }
+}
+
+#[test]
+fn spec_invariants_md_matches_the_catalog() {
+    let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/invariants.md")).unwrap();
+    assert_eq!(md, kvsim_core::invariants::catalog::render_markdown(), "regenerate with `kvsim invariants --markdown > spec/invariants.md`");
+}
