@@ -3,6 +3,6 @@
 pub mod engine;
 pub mod fpm;
 pub mod invariants;
-pub mod plan;
 pub mod kv;
 pub mod kvtrace;
+pub mod plan;

@@ -38,7 +38,12 @@ pub fn compare(trace: &Path, trace_text: &str, obs_text: &str) -> Result<Option<
         let e = expected.get(k).copied().unwrap_or("<no line>");
         let a = replay.lines.get(k).map(String::as_str).unwrap_or("<no line>");
         if !same_line(e, a) {
-            return Ok(Some(Divergence { trace: trace.to_path_buf(), line: k, expected: e.into(), actual: a.into() }));
+            return Ok(Some(Divergence {
+                trace: trace.to_path_buf(),
+                line: k,
+                expected: e.into(),
+                actual: a.into(),
+            }));
         }
     }
     Ok(None)
@@ -49,7 +54,10 @@ pub fn trace_pairs(dir: &Path) -> std::io::Result<Vec<(PathBuf, PathBuf)>> {
     let mut pairs = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let p = entry?.path();
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if let Some(stem) = name.strip_suffix(".json") {
             let obs = dir.join(format!("{stem}.obs.jsonl"));
             if obs.exists() {

@@ -3,4 +3,5 @@
 pub mod cli;
 pub mod conformance;
 pub mod exec;
+pub mod fuzz;
 pub mod output;

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn kvsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvsim")).args(args).output().expect("kvsim runs")
+    Command::new(env!("CARGO_BIN_EXE_kvsim"))
+        .args(args)
+        .output()
+        .expect("kvsim runs")
 }
 
 fn data(name: &str) -> PathBuf {
@@ -34,8 +37,16 @@ fn trace_prints_the_vllm_observations_byte_for_byte() {
 fn malformed_json_and_wrong_format_exit_2_with_a_message() {
     for (name, body, needle) in [
         ("bad.json", "{not json", "not valid JSON"),
-        ("fmt.json", r#"{"format":"kvtrace/2","config":{},"ops":[]}"#, "format must be"),
-        ("ops.json", r#"{"format":"kvtrace/1","config":{},"ops":3}"#, "\"ops\" must be a list"),
+        (
+            "fmt.json",
+            r#"{"format":"kvtrace/2","config":{},"ops":[]}"#,
+            "format must be",
+        ),
+        (
+            "ops.json",
+            r#"{"format":"kvtrace/1","config":{},"ops":3}"#,
+            "\"ops\" must be a list",
+        ),
         ("arr.json", "[1,2]", "top level must be an object"),
     ] {
         let out = kvsim(&["trace", tmp_file(name, body).to_str().unwrap()]);
@@ -54,9 +65,17 @@ fn impossible_config_and_invalid_ops_are_answered_as_format_md_says() {
     let bad_cfg = r#"{"num_blocks":-3,"enable_caching":true,"max_model_len":64,"block_size":4,"groups":[{"kind":"full_attention"}]}"#;
     let cases = [
         (bad_cfg, "[]", "\"error\":\"ConfigError\""),
-        (cfg, r#"[{"op":"add_request","id":"a","prompt":[1]},{"op":"add_request","id":"a","prompt":[2]}]"#, "\"error\":\"InvalidOp\""),
+        (
+            cfg,
+            r#"[{"op":"add_request","id":"a","prompt":[1]},{"op":"add_request","id":"a","prompt":[2]}]"#,
+            "\"error\":\"InvalidOp\"",
+        ),
         (cfg, r#"[{"op":"free","id":"ghost"}]"#, "\"error\":\"InvalidOp\""),
-        (cfg, r#"[{"op":"add_request","id":"a","prompt":[1,-2]}]"#, "\"error\":\"InvalidOp\""),
+        (
+            cfg,
+            r#"[{"op":"add_request","id":"a","prompt":[1,-2]}]"#,
+            "\"error\":\"InvalidOp\"",
+        ),
     ];
     for (k, (config, ops, needle)) in cases.iter().enumerate() {
         let body = format!(r#"{{"format":"kvtrace/1","config":{config},"ops":{ops}}}"#);

@@ -4,7 +4,8 @@ use serde_json::{json, Value};
 
 /// A tiny scenario: full attention (+ optional sliding window) with block size 4.
 pub fn scenario(swa_window: Option<u64>, dp_ranks: u32, pool_blocks: u32) -> Value {
-    let mut groups = vec![json!({"kind": "full_attention", "block_size": 4, "layers": 2, "kv_heads": 2, "head_dim": 8})];
+    let mut groups =
+        vec![json!({"kind": "full_attention", "block_size": 4, "layers": 2, "kv_heads": 2, "head_dim": 8})];
     if let Some(w) = swa_window {
         groups.push(json!({"kind": "sliding_window", "sliding_window": w, "block_size": 4, "layers": 2, "kv_heads": 2, "head_dim": 8}));
     }
@@ -20,7 +21,10 @@ pub fn scenario(swa_window: Option<u64>, dp_ranks: u32, pool_blocks: u32) -> Val
 
 /// A plan from a scenario and `[step, rank, [ops...]]` triples.
 pub fn plan(scenario: Value, steps: Vec<(u64, u32, Vec<Value>)>) -> Value {
-    let steps: Vec<Value> = steps.into_iter().map(|(s, r, ops)| json!({"step": s, "rank": r, "ops": ops})).collect();
+    let steps: Vec<Value> = steps
+        .into_iter()
+        .map(|(s, r, ops)| json!({"step": s, "rank": r, "ops": ops}))
+        .collect();
     json!({"format": "kvsim-plan/1", "scenario": scenario, "steps": steps})
 }
 
@@ -28,10 +32,11 @@ pub fn ids(v: &[u64]) -> Value {
     json!({"source": "ids", "ids": v})
 }
 
-/// Add a request with prompt `0..len`, schedule it whole and run its prefill
-/// with one sampled output token.
+/// Add a request with a prompt of `len` tokens that depends on its id, schedule
+/// it whole and run its prefill with one sampled output token.
 pub fn prefill(req: &str, len: u64) -> Vec<Value> {
-    let prompt: Vec<u64> = (0..len).map(|t| t % 100).collect();
+    let offset: u64 = req.bytes().map(u64::from).sum();
+    let prompt: Vec<u64> = (0..len).map(|t| (t + offset) % 100).collect();
     vec![
         json!({"op": "add_request", "req": req, "prompt": ids(&prompt)}),
         json!({"op": "schedule", "req": req, "num_new_tokens": len}),

@@ -42,6 +42,9 @@ fn the_copies_equal_the_shared_originals_when_present() {
     }
     for trace in examples() {
         let name = trace.file_name().unwrap();
-        assert_eq!(std::fs::read(&trace).unwrap(), std::fs::read(shared.join(name)).unwrap());
+        assert_eq!(
+            std::fs::read(&trace).unwrap(),
+            std::fs::read(shared.join(name)).unwrap()
+        );
     }
 }

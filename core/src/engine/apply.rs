@@ -19,7 +19,10 @@ pub struct OpOutcome {
 
 impl OpOutcome {
     fn ok(result: impl Into<String>) -> Self {
-        OpOutcome { violations: Vec::new(), result: result.into() }
+        OpOutcome {
+            violations: Vec::new(),
+            result: result.into(),
+        }
     }
 }
 
@@ -41,22 +44,46 @@ impl Engine {
     pub fn apply(&mut self, op: &PlanOp) -> Result<OpOutcome, Mismatch> {
         let mut pre = Vec::new();
         if let (Some(point), Some(what)) = (self.timed, is_host_bookkeeping(op)) {
-            pre.push(Self::violation("PL-TIMED-HOST", format!("{what} inside the timed window of point {point}")));
+            pre.push(Self::violation(
+                "PL-TIMED-HOST",
+                format!("{what} inside the timed window of point {point}"),
+            ));
         }
         let mut out = match op {
-            PlanOp::AddRequest { req, prompt, cache_salt } => self.add_request(req, prompt.materialise(), cache_salt.clone()),
-            PlanOp::Schedule { req, num_new_tokens, use_prefix_cache, full_sequence_must_fit, delay_cache_blocks, expect } => {
-                self.schedule(req, *num_new_tokens, *use_prefix_cache, *full_sequence_must_fit, *delay_cache_blocks, expect)?
-            }
+            PlanOp::AddRequest {
+                req,
+                prompt,
+                cache_salt,
+            } => self.add_request(req, prompt.materialise(), cache_salt.clone()),
+            PlanOp::Schedule {
+                req,
+                num_new_tokens,
+                use_prefix_cache,
+                full_sequence_must_fit,
+                delay_cache_blocks,
+                expect,
+            } => self.schedule(
+                req,
+                *num_new_tokens,
+                *use_prefix_cache,
+                *full_sequence_must_fit,
+                *delay_cache_blocks,
+                expect,
+            )?,
             PlanOp::Forward { batch } => self.forward(batch)?,
             PlanOp::ProcessOutputs => self.process_outputs(),
             PlanOp::CacheBlocks { req, num_tokens } => {
                 let r = self.req(req)?;
                 if *num_tokens > r.req.num_computed_tokens {
-                    return Err(Mismatch(format!("cache_blocks of {num_tokens} tokens but {req} computed {}", r.req.num_computed_tokens)));
+                    return Err(Mismatch(format!(
+                        "cache_blocks of {num_tokens} tokens but {req} computed {}",
+                        r.req.num_computed_tokens
+                    )));
                 }
                 let request = r.req.clone();
-                self.kv.cache_blocks(&request, *num_tokens).map_err(|e| Mismatch(e.to_string()))?;
+                self.kv
+                    .cache_blocks(&request, *num_tokens)
+                    .map_err(|e| Mismatch(e.to_string()))?;
                 OpOutcome::ok("cached")
             }
             PlanOp::Finish { req, fenced } => self.finish(req, *fenced)?,
@@ -73,9 +100,16 @@ impl Engine {
                 r.req.status = RequestStatus::Preempted;
                 OpOutcome::ok("preempted")
             }
-            PlanOp::RegisterShadow { shadow, chain, ctx, headroom, tail, groups, ok, covered } => {
-                self.register_shadow(shadow, chain, *ctx, *headroom, *tail, groups, *ok, *covered)?
-            }
+            PlanOp::RegisterShadow {
+                shadow,
+                chain,
+                ctx,
+                headroom,
+                tail,
+                groups,
+                ok,
+                covered,
+            } => self.register_shadow(shadow, chain, *ctx, *headroom, *tail, groups, *ok, *covered)?,
             PlanOp::ReleaseCow => {
                 let blocks = std::mem::take(&mut self.cow_retained);
                 let n = blocks.len();
@@ -102,21 +136,28 @@ impl Engine {
                 }
                 let done = self.kv.reset_prefix_cache();
                 if expect.is_some_and(|e| e != done) {
-                    return Err(Mismatch(format!("reset_prefix_cache returned {done}, the plan saw {expect:?}")));
+                    return Err(Mismatch(format!(
+                        "reset_prefix_cache returned {done}, the plan saw {expect:?}"
+                    )));
                 }
                 out.result = format!("reset {done}");
                 out
             }
             PlanOp::BeginTimed { point } => {
                 if let Some(open) = self.timed {
-                    return Err(Mismatch(format!("timed window of point {point} opened inside point {open}'s")));
+                    return Err(Mismatch(format!(
+                        "timed window of point {point} opened inside point {open}'s"
+                    )));
                 }
                 self.timed = Some(*point);
                 OpOutcome::ok(format!("timed {point}"))
             }
             PlanOp::EndTimed { point } => {
                 if self.timed != Some(*point) {
-                    return Err(Mismatch(format!("end of timed window {point} but {:?} is open", self.timed)));
+                    return Err(Mismatch(format!(
+                        "end of timed window {point} but {:?} is open",
+                        self.timed
+                    )));
                 }
                 self.timed = None;
                 OpOutcome::ok(format!("untimed {point}"))
@@ -134,13 +175,18 @@ impl Engine {
     }
 
     fn req(&self, id: &str) -> Result<&super::EngineReq, Mismatch> {
-        self.requests.get(id).ok_or_else(|| Mismatch(format!("request \"{id}\" is not live on rank {}", self.rank)))
+        self.requests
+            .get(id)
+            .ok_or_else(|| Mismatch(format!("request \"{id}\" is not live on rank {}", self.rank)))
     }
 
     fn add_request(&mut self, id: &str, prompt: Vec<u64>, salt: Option<String>) -> OpOutcome {
         let mut out = OpOutcome::ok("added");
         if self.shed.contains(id) {
-            out.violations.push(Self::violation("PL-NO-READMIT", format!("request \"{id}\" was shed and is admitted again")));
+            out.violations.push(Self::violation(
+                "PL-NO-READMIT",
+                format!("request \"{id}\" was shed and is admitted again"),
+            ));
         }
         let r = self.new_request(prompt, salt);
         self.requests.insert(id.to_string(), r);
@@ -151,7 +197,10 @@ impl Engine {
         if drawn > 0 && !self.deferred.is_empty() {
             out.violations.push(Self::violation(
                 "PL-FENCE",
-                format!("{what} drew {drawn} blocks with {} fenced frees pending", self.deferred.len()),
+                format!(
+                    "{what} drew {drawn} blocks with {} fenced frees pending",
+                    self.deferred.len()
+                ),
             ));
         }
     }
@@ -167,10 +216,15 @@ impl Engine {
     ) -> Result<OpOutcome, Mismatch> {
         let r = self.req(id)?;
         let admitting = r.req.status != RequestStatus::Running;
-        let hits = (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
+        let hits =
+            (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
-        if r.req.num_computed_tokens + hit_tokens + n > r.req.num_tokens() + r.req.num_output_placeholders {
-            return Err(Mismatch(format!("{id}: scheduling {n} tokens beyond the known sequence")));
+        if r.req.num_computed_tokens.saturating_add(hit_tokens).saturating_add(n)
+            > r.req.num_tokens() + r.req.num_output_placeholders
+        {
+            return Err(Mismatch(format!(
+                "{id}: scheduling {n} tokens beyond the known sequence"
+            )));
         }
         let request = r.req.clone();
         let free_before = self.kv.pool.num_free_blocks();
@@ -182,22 +236,35 @@ impl Engine {
             full_sequence_must_fit: fsmf,
             reserved_blocks: 0,
         };
-        let got = self.kv.allocate_slots(&request, args).map_err(|e| Mismatch(e.to_string()))?;
+        let got = self
+            .kv
+            .allocate_slots(&request, args)
+            .map_err(|e| Mismatch(e.to_string()))?;
         let mut out = OpOutcome::default();
         match (got, expect.refused) {
             (None, true) => {
                 out.result = "refused".into();
                 return Ok(out);
             }
-            (None, false) => return Err(Mismatch(format!("{id}: allocation of {n} tokens refused; the plan expected success"))),
-            (Some(_), true) => return Err(Mismatch(format!("{id}: allocation succeeded; the plan expected a refusal"))),
+            (None, false) => {
+                return Err(Mismatch(format!(
+                    "{id}: allocation of {n} tokens refused; the plan expected success"
+                )))
+            }
+            (Some(_), true) => {
+                return Err(Mismatch(format!(
+                    "{id}: allocation succeeded; the plan expected a refusal"
+                )))
+            }
             (Some(_), false) => {}
         }
         let drawn = free_before.saturating_sub(self.kv.pool.num_free_blocks());
         self.fence_check(&format!("allocation for {id}"), drawn, &mut out);
         if let Some(h) = expect.hit_tokens {
             if h != hit_tokens {
-                return Err(Mismatch(format!("{id}: prefix hit of {hit_tokens} tokens; the plan expected {h}")));
+                return Err(Mismatch(format!(
+                    "{id}: prefix hit of {hit_tokens} tokens; the plan expected {h}"
+                )));
             }
         }
         let r = self.requests.get_mut(id).expect("checked");
@@ -206,7 +273,9 @@ impl Engine {
         let tables = self.kv.get_block_ids(r.req.id);
         if let Some(t) = &expect.tables {
             if *t != tables {
-                return Err(Mismatch(format!("{id}: block tables {tables:?}; the plan recorded {t:?}")));
+                return Err(Mismatch(format!(
+                    "{id}: block tables {tables:?}; the plan recorded {t:?}"
+                )));
             }
         }
         out.result = format!("hit {hit_tokens} tables {tables:?}");
@@ -225,7 +294,9 @@ impl Engine {
 
     fn state_index(kind: GroupKind, bs: u64, n: u64) -> usize {
         match kind {
-            GroupKind::Mamba { mamba_cache_mode: MambaMode::None } => 0,
+            GroupKind::Mamba {
+                mamba_cache_mode: MambaMode::None,
+            } => 0,
             _ => (n.div_ceil(bs) as usize).saturating_sub(1),
         }
     }
@@ -235,7 +306,10 @@ impl Engine {
         self.in_forward = batch.iter().map(|e| e.req.clone()).collect();
         let groups: Vec<(GroupKind, u64)> = self.kv.config.groups.iter().map(|g| (g.kind, g.block_size)).collect();
         for e in batch {
-            let r = self.requests.get(&e.req).ok_or_else(|| Mismatch(format!("forward of unknown request {}", e.req)))?;
+            let r = self
+                .requests
+                .get(&e.req)
+                .ok_or_else(|| Mismatch(format!("forward of unknown request {}", e.req)))?;
             if r.req.status != RequestStatus::Running {
                 return Err(Mismatch(format!("forward of {} which is not scheduled", e.req)));
             }
@@ -261,7 +335,7 @@ impl Engine {
         for e in batch {
             let r = self.requests.get_mut(&e.req).expect("checked above");
             let c = r.req.num_computed_tokens;
-            let end = c + e.tokens;
+            let end = c.saturating_add(e.tokens);
             if end > r.req.num_tokens() + r.req.num_output_placeholders {
                 return Err(Mismatch(format!("forward of {} past its known tokens", e.req)));
             }
@@ -274,7 +348,11 @@ impl Engine {
                         let idx = Self::state_index(kind, bs, c);
                         let expected = r.prefix[g].state_tag(&tokens, c as usize);
                         let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
-                        let actual = if block == NULL_BLOCK { None } else { self.content[block as usize] };
+                        let actual = if block == NULL_BLOCK {
+                            None
+                        } else {
+                            self.content[block as usize]
+                        };
                         if actual != Some(expected) {
                             out.violations.push(Self::violation(
                                 "PL-WINDOW",
@@ -285,7 +363,10 @@ impl Engine {
                     let idx = Self::state_index(kind, bs, end);
                     let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
                     if block == NULL_BLOCK {
-                        return Err(Mismatch(format!("{}: no state block allocated in group {g} for depth {end}", e.req)));
+                        return Err(Mismatch(format!(
+                            "{}: no state block allocated in group {g} for depth {end}",
+                            e.req
+                        )));
                     }
                     self.content[block as usize] = Some(r.prefix[g].state_tag(&tokens, end as usize));
                     continue;
@@ -296,7 +377,11 @@ impl Engine {
                         let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
                         let upto = (((i as u64) + 1) * bs).min(c) as usize;
                         let expected = r.prefix[g].block_tag(&tokens, i, upto);
-                        let actual = if block == NULL_BLOCK { None } else { self.content[block as usize] };
+                        let actual = if block == NULL_BLOCK {
+                            None
+                        } else {
+                            self.content[block as usize]
+                        };
                         if actual != Some(expected) {
                             out.violations.push(Self::violation(
                                 "PL-WINDOW",
@@ -313,7 +398,11 @@ impl Engine {
                 for i in (c / bs) as usize..=((end - 1) / bs) as usize {
                     let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
                     if block == NULL_BLOCK {
-                        return Err(Mismatch(format!("{}: writes position {} of group {g} without a block", e.req, i as u64 * bs)));
+                        return Err(Mismatch(format!(
+                            "{}: writes position {} of group {g} without a block",
+                            e.req,
+                            i as u64 * bs
+                        )));
                     }
                     let upto = (((i as u64) + 1) * bs).min(end) as usize;
                     self.content[block as usize] = Some(r.prefix[g].block_tag(&tokens, i, upto));
@@ -340,7 +429,9 @@ impl Engine {
 
     fn process_outputs(&mut self) -> OpOutcome {
         let now = self.step_seq;
-        let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs).into_iter().partition(|p| p.land_seq <= now);
+        let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs)
+            .into_iter()
+            .partition(|p| p.land_seq <= now);
         self.pending_outputs = waiting;
         for p in landing {
             if let Some(r) = self.requests.get_mut(&p.req) {
@@ -351,7 +442,9 @@ impl Engine {
         // Processed up to the step before the oldest output still in flight.
         self.processed_seq = self.pending_outputs.iter().map(|p| p.step_seq - 1).min().unwrap_or(now);
         let processed = self.processed_seq;
-        let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred).into_iter().partition(|d| d.step_seq <= processed);
+        let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.step_seq <= processed);
         self.deferred = keep;
         for d in &release {
             self.kv.free_detached(&d.blocks);
@@ -363,7 +456,11 @@ impl Engine {
         let rid = self.req(id)?.req.id;
         if fenced {
             let blocks = self.kv.pop_blocks_for_free(rid);
-            self.deferred.push(Deferred { step_seq: self.step_seq, req: id.to_string(), blocks });
+            self.deferred.push(Deferred {
+                step_seq: self.step_seq,
+                req: id.to_string(),
+                blocks,
+            });
         } else {
             self.kv.free(rid);
         }
@@ -390,19 +487,32 @@ impl Engine {
         let chain_tables = self.kv.get_block_ids(chain_req.req.id);
         let chain_tokens = chain_req.req.tokens.clone();
         if ctx == 0 || ctx as usize > chain_tokens.len() {
-            return Err(Mismatch(format!("shadow {shadow} at ctx {ctx} of a {}-token chain", chain_tokens.len())));
+            return Err(Mismatch(format!(
+                "shadow {shadow} at ctx {ctx} of a {}-token chain",
+                chain_tokens.len()
+            )));
         }
         let before = (self.kv.pool.num_free_blocks(), self.retained().len());
         let mut tables = Vec::with_capacity(ngroups);
         let mut drawn = 0usize;
         for (g, grp) in groups.iter().enumerate() {
-            if !grp.shared.iter().zip(&chain_tables[g]).all(|(a, b)| a == b) || grp.shared.len() > chain_tables[g].len() {
-                return Err(Mismatch(format!("shadow {shadow} group {g}: shared blocks are not the chain's")));
+            if !grp.shared.iter().zip(&chain_tables[g]).all(|(a, b)| a == b) || grp.shared.len() > chain_tables[g].len()
+            {
+                return Err(Mismatch(format!(
+                    "shadow {shadow} group {g}: shared blocks are not the chain's"
+                )));
             }
             self.kv.pool.touch(&grp.shared);
-            let fresh = self.kv.pool.get_new_blocks(grp.tail.len()).map_err(|e| Mismatch(format!("shadow {shadow} group {g}: {e}")))?;
+            let fresh = self
+                .kv
+                .pool
+                .get_new_blocks(grp.tail.len())
+                .map_err(|e| Mismatch(format!("shadow {shadow} group {g}: {e}")))?;
             if fresh != grp.tail {
-                return Err(Mismatch(format!("shadow {shadow} group {g}: tail {:?}; the pool hands out {fresh:?}", grp.tail)));
+                return Err(Mismatch(format!(
+                    "shadow {shadow} group {g}: tail {:?}; the pool hands out {fresh:?}",
+                    grp.tail
+                )));
             }
             drawn += fresh.len();
             for (k, &b) in grp.tail.iter().enumerate() {
@@ -424,16 +534,22 @@ impl Engine {
             if covered {
                 out.violations.push(Self::violation(
                     "PL-COVERAGE",
-                    format!("shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"),
+                    format!(
+                        "shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"
+                    ),
                 ));
             }
             if (self.kv.pool.num_free_blocks(), self.retained().len()) != before || !groups.is_empty() {
                 out.violations.push(Self::violation(
                     "PL-SHADOW-ATOMIC",
-                    format!("failed registration of shadow {shadow} left {} groups' blocks behind", groups.len()),
+                    format!(
+                        "failed registration of shadow {shadow} left {} groups' blocks behind",
+                        groups.len()
+                    ),
                 ));
                 // The blocks stay referenced by nobody but the failed attempt.
-                self.phantom.extend(tables.iter().flatten().filter(|&&b| b != NULL_BLOCK).copied());
+                self.phantom
+                    .extend(tables.iter().flatten().filter(|&&b| b != NULL_BLOCK).copied());
             }
             out.result = "registration failed".into();
             return Ok(out);
@@ -461,7 +577,9 @@ impl Engine {
 
     fn end_sweep(&mut self) -> OpOutcome {
         let mut out = OpOutcome::ok("end of sweep");
-        let held: Vec<u32> = (1..self.kv.pool.num_blocks()).filter(|&b| self.kv.pool.ref_cnt(b) > 0).collect();
+        let held: Vec<u32> = (1..self.kv.pool.num_blocks())
+            .filter(|&b| self.kv.pool.ref_cnt(b) > 0)
+            .collect();
         if !held.is_empty() || self.kv.pool.num_cached_keys() > 0 {
             out.violations.push(Self::violation(
                 "PL-CLEAN-END",

@@ -17,7 +17,10 @@ pub struct PrefixHashes {
 
 impl PrefixHashes {
     pub fn new(bs: u64) -> Self {
-        PrefixHashes { bs: bs as usize, full: Vec::new() }
+        PrefixHashes {
+            bs: bs as usize,
+            full: Vec::new(),
+        }
     }
 
     /// Attention block `i` holding tokens `[i·bs, upto)` of `tokens`.

@@ -134,8 +134,18 @@ impl Engine {
         let rid = self.next_rid;
         self.next_rid += 1;
         let req = Request::new(rid, prompt, salt, self.kv.request_hash_block_size());
-        let prefix = self.scenario.model.groups.iter().map(|g| PrefixHashes::new(g.block_size)).collect();
-        EngineReq { req, shadow_of: None, prefix }
+        let prefix = self
+            .scenario
+            .model
+            .groups
+            .iter()
+            .map(|g| PrefixHashes::new(g.block_size))
+            .collect();
+        EngineReq {
+            req,
+            shadow_of: None,
+            prefix,
+        }
     }
 
     fn violation(id: &'static str, detail: String) -> Violation {

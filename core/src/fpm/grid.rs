@@ -26,29 +26,27 @@ pub mod point;
 pub mod prefill;
 
 pub use axis::{
-    balanced_partition, cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to,
-    uniformly_limit_axis, AxisError, PartitionError, PartitionShape,
+    balanced_partition, cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to, uniformly_limit_axis,
+    AxisError, PartitionError, PartitionShape,
 };
 pub use config::{
-    BenchmarkMode, BlockNeed, BlockNeedQuery, ConfigError, ConfigProblem, CudagraphShape,
-    GridCapacity, GridConfig, SampleLimits, SchedulerShape, UniformBlockNeed,
+    BenchmarkMode, BlockNeed, BlockNeedQuery, ConfigError, ConfigProblem, CudagraphShape, GridCapacity, GridConfig,
+    SampleLimits, SchedulerShape, UniformBlockNeed,
 };
 pub use cudagraph::{
-    cudagraph_metadata, expected_cudagraph_mode, normalize_capture_sizes, CudagraphMetadata,
-    CUDAGRAPH_MODE_NONE,
+    cudagraph_metadata, expected_cudagraph_mode, normalize_capture_sizes, CudagraphMetadata, CUDAGRAPH_MODE_NONE,
 };
 pub use decode::{
-    decode_capture_sizes, decode_context_lengths, decode_feasible_max_batch_size,
-    decode_kv_read_points, decode_point_feasible, decode_steady_kv_tokens, generate_decode_grid,
-    max_decode_kv_read_tokens,
+    decode_capture_sizes, decode_context_lengths, decode_feasible_max_batch_size, decode_kv_read_points,
+    decode_point_feasible, decode_steady_kv_tokens, generate_decode_grid, max_decode_kv_read_tokens,
 };
 pub use measure::{
-    decode_admission, decode_step_plan, select_retained, DecodeAdmission, DecodeStepInput,
-    DecodeStepPlan, EstimateMethod, GiantKvPolicy, RetainedFpm,
+    decode_admission, decode_step_plan, select_retained, DecodeAdmission, DecodeStepInput, DecodeStepPlan,
+    EstimateMethod, GiantKvPolicy, RetainedFpm,
 };
 pub use order::{
-    assemble_phases, build_grid, canonical_json, eager_warmup_points, generate_phases, grid_digest,
-    number_points, point_digest, GeneratedPhases, Grid, GridEntry, GridError,
+    assemble_phases, build_grid, canonical_json, eager_warmup_points, generate_phases, grid_digest, number_points,
+    point_digest, GeneratedPhases, Grid, GridEntry, GridError,
 };
 pub use point::{BenchmarkPoint, PointCoordinate, PointKey, PointType, SampleReason};
 pub use prefill::{
@@ -60,8 +58,7 @@ pub use prefill::{
 #[cfg(test)]
 pub(crate) mod testutil {
     use super::config::{
-        BenchmarkMode, CudagraphShape, GridCapacity, GridConfig, SampleLimits, SchedulerShape,
-        UniformBlockNeed,
+        BenchmarkMode, CudagraphShape, GridCapacity, GridConfig, SampleLimits, SchedulerShape, UniformBlockNeed,
     };
 
     /// A small engine: 8 scheduled tokens, 2 running requests, 64-token model, 4-token blocks,

@@ -109,7 +109,10 @@ pub fn render_markdown() -> String {
          | ID | Statement | Source | Checked in |\n|---|---|---|---|\n",
     );
     for i in CATALOG {
-        s.push_str(&format!("| `{}` | {} | {} | `{}` |\n", i.id, i.statement, i.source, i.checked_in));
+        s.push_str(&format!(
+            "| `{}` | {} | {} | `{}` |\n",
+            i.id, i.statement, i.source, i.checked_in
+        ));
     }
     s
 }

@@ -46,7 +46,10 @@ fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violati
     for b in 1..kv.pool.num_blocks() {
         let (r, h) = (kv.pool.ref_cnt(b), holders.get(&b).copied().unwrap_or(0));
         if r != h {
-            out.push(Violation { id: "KV-REF", detail: format!("block {b} has ref_cnt {r} but {h} holders") });
+            out.push(Violation {
+                id: "KV-REF",
+                detail: format!("block {b} has ref_cnt {r} but {h} holders"),
+            });
             return;
         }
     }
@@ -74,7 +77,10 @@ fn check_prefix_cache(kv: &KvCacheManager, out: &mut Vec<Violation>) {
             if !kv.pool.keys_of(id).contains(&key) {
                 out.push(Violation {
                     id: "KV-CACHE",
-                    detail: format!("cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it", key.hash, key.group),
+                    detail: format!(
+                        "cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it",
+                        key.hash, key.group
+                    ),
                 });
                 return;
             }

@@ -46,7 +46,11 @@ impl BlockPool {
 
     pub fn with_mutant(num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) -> Self {
         // The null block is the first popleft of the fresh queue (§1.4 step 6).
-        let first = if mutant == Some(ModelMutant::HandOutNullBlock) { 0 } else { 1 };
+        let first = if mutant == Some(ModelMutant::HandOutNullBlock) {
+            0
+        } else {
+            1
+        };
         let free = FreeQueue::new(num_blocks as usize, first..num_blocks);
         BlockPool {
             num_blocks,

@@ -37,12 +37,20 @@ impl Coordinator {
             for (i, g) in groups.iter().enumerate() {
                 match spec_groups.iter_mut().find(|sg| sg.spec == *g) {
                     Some(sg) => sg.group_ids.push(i as u32),
-                    None => spec_groups.push(SpecGroup { spec: *g, group_ids: vec![i as u32] }),
+                    None => spec_groups.push(SpecGroup {
+                        spec: *g,
+                        group_ids: vec![i as u32],
+                    }),
                 }
             }
             spec_groups.sort_by_key(|sg| !sg.spec.kind.is_full_attention_spec());
         }
-        Coordinator { kind, scheduler_block_size, hash_block_size, spec_groups }
+        Coordinator {
+            kind,
+            scheduler_block_size,
+            hash_block_size,
+            spec_groups,
+        }
     }
 
     /// Hit alignment pushed to every manager (no partial hits in the core subset).
@@ -70,14 +78,27 @@ impl Coordinator {
     ) -> CacheHit {
         let n = managers.len();
         match self.kind {
-            CoordinatorKind::NoPrefixCache => {
-                CacheHit { blocks: vec![Vec::new(); n], hit_length: 0, uncached_common_prefix: 0 }
-            }
+            CoordinatorKind::NoPrefixCache => CacheHit {
+                blocks: vec![Vec::new(); n],
+                hit_length: 0,
+                uncached_common_prefix: 0,
+            },
             CoordinatorKind::Unitary => {
                 let m = &managers[0];
-                let (blocks, hit_length) =
-                    find_longest_cache_hit(pool, hashes, self.hash_block_size, max_length, &[0], m.spec, m.spec.block_size);
-                CacheHit { blocks, hit_length, uncached_common_prefix: 0 }
+                let (blocks, hit_length) = find_longest_cache_hit(
+                    pool,
+                    hashes,
+                    self.hash_block_size,
+                    max_length,
+                    &[0],
+                    m.spec,
+                    m.spec.block_size,
+                );
+                CacheHit {
+                    blocks,
+                    hit_length,
+                    uncached_common_prefix: 0,
+                }
             }
             CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length),
         }
@@ -117,7 +138,11 @@ impl Coordinator {
                 break;
             }
         }
-        for sg in self.spec_groups.iter().filter(|sg| sg.spec.kind.is_full_attention_spec()) {
+        for sg in self
+            .spec_groups
+            .iter()
+            .filter(|sg| sg.spec.kind.is_full_attention_spec())
+        {
             let keep = hit_length.div_ceil(sg.spec.block_size) as usize;
             for gid in &sg.group_ids {
                 if let Some(b) = blocks[*gid as usize].as_mut() {

@@ -43,12 +43,7 @@ pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>)
 }
 
 /// Extend `hashes` with every newly complete `block_size` chunk of `tokens` (§2.5).
-pub fn extend_block_hashes(
-    hashes: &mut Vec<BlockHash>,
-    tokens: &[u64],
-    block_size: usize,
-    salt: Option<&str>,
-) {
+pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_size: usize, salt: Option<&str>) {
     let salt = salt.filter(|s| !s.is_empty());
     while (hashes.len() + 1) * block_size <= tokens.len() {
         let start = hashes.len() * block_size;

@@ -52,7 +52,12 @@ impl KvCacheManager {
     pub fn with_mutant(config: KvConfig, mutant: Option<ModelMutant>) -> Result<Self, ConfigError> {
         config.validate()?;
         let kind = config.coordinator();
-        let coordinator = Coordinator::new(kind, &config.groups, config.scheduler_block_size(), config.hash_block_size());
+        let coordinator = Coordinator::new(
+            kind,
+            &config.groups,
+            config.scheduler_block_size(),
+            config.hash_block_size(),
+        );
         let align = coordinator.cache_hit_alignment(&config.groups);
         let groups = config
             .groups
@@ -65,7 +70,12 @@ impl KvCacheManager {
             })
             .collect();
         let pool = BlockPool::with_mutant(config.num_blocks, config.enable_caching, mutant);
-        Ok(KvCacheManager { pool, groups, coordinator, config })
+        Ok(KvCacheManager {
+            pool,
+            groups,
+            coordinator,
+            config,
+        })
     }
 
     pub fn coordinator_kind(&self) -> CoordinatorKind {
@@ -97,16 +107,37 @@ impl KvCacheManager {
     /// `get_computed_blocks`: the longest prefix hit; no ref count changes.
     pub fn get_computed_blocks(&self, req: &Request) -> ComputedBlocks {
         if !self.config.enable_caching || req.skip_reading_prefix_cache {
-            return ComputedBlocks { blocks: vec![Vec::new(); self.groups.len()], ..Default::default() };
+            return ComputedBlocks {
+                blocks: vec![Vec::new(); self.groups.len()],
+                ..Default::default()
+            };
         }
         // At least the last token is always recomputed to get logits.
         let max_len = req.num_tokens().saturating_sub(1);
-        let hit = self.coordinator.find_longest_cache_hit(&self.pool, &self.groups, &req.block_hashes, max_len);
-        let boundary = if hit.uncached_common_prefix > 0 { hit.hit_length + hit.uncached_common_prefix } else { 0 };
-        ComputedBlocks { blocks: hit.blocks, num_computed_tokens: hit.hit_length, shared_prefix_boundary: boundary }
+        let hit = self
+            .coordinator
+            .find_longest_cache_hit(&self.pool, &self.groups, &req.block_hashes, max_len);
+        let boundary = if hit.uncached_common_prefix > 0 {
+            hit.hit_length + hit.uncached_common_prefix
+        } else {
+            0
+        };
+        ComputedBlocks {
+            blocks: hit.blocks,
+            num_computed_tokens: hit.hit_length,
+            shared_prefix_boundary: boundary,
+        }
     }
 
-    fn num_blocks_to_allocate(&self, req: ReqId, num_tokens: u64, hits: &[Vec<u32>], total_computed: u64, main: u64, cap: bool) -> i64 {
+    fn num_blocks_to_allocate(
+        &self,
+        req: ReqId,
+        num_tokens: u64,
+        hits: &[Vec<u32>],
+        total_computed: u64,
+        main: u64,
+        cap: bool,
+    ) -> i64 {
         self.groups
             .iter()
             .enumerate()
@@ -196,7 +227,10 @@ impl KvCacheManager {
 
     /// `pop_blocks_for_free`: detach the tables for a deferred free (group order).
     pub fn pop_blocks_for_free(&mut self, req: ReqId) -> Vec<u32> {
-        self.groups.iter_mut().flat_map(|m| m.pop_blocks_for_free(req)).collect()
+        self.groups
+            .iter_mut()
+            .flat_map(|m| m.pop_blocks_for_free(req))
+            .collect()
     }
 
     /// Release blocks detached by `pop_blocks_for_free` (tail-first).

@@ -45,12 +45,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn new(
-        id: ReqId,
-        prompt: Vec<u64>,
-        cache_salt: Option<String>,
-        hash_block_size: Option<u64>,
-    ) -> Self {
+    pub fn new(id: ReqId, prompt: Vec<u64>, cache_salt: Option<String>, hash_block_size: Option<u64>) -> Self {
         let mut r = Request {
             id,
             num_prompt_tokens: prompt.len() as u64,

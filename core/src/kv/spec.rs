@@ -18,9 +18,15 @@ pub enum GroupKind {
     FullAttention,
     /// Same manager as full attention, but a distinct spec: never merged with it.
     Mla,
-    SlidingWindow { sliding_window: u64 },
-    ChunkedLocal { attention_chunk_size: u64 },
-    Mamba { mamba_cache_mode: MambaMode },
+    SlidingWindow {
+        sliding_window: u64,
+    },
+    ChunkedLocal {
+        attention_chunk_size: u64,
+    },
+    Mamba {
+        mamba_cache_mode: MambaMode,
+    },
 }
 
 impl GroupKind {
@@ -98,6 +104,9 @@ pub struct KvConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// The largest token count or block size kvsim accepts (2^40).
+pub const MAX_SIZE: u64 = 1 << 40;
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -140,9 +149,7 @@ impl KvConfig {
     pub fn admission_cap(&self, g: GroupSpec) -> Option<u64> {
         let (mif, mml, bs) = (self.max_in_flight_tokens, self.max_model_len, g.block_size);
         match g.kind {
-            GroupKind::SlidingWindow { sliding_window } => {
-                Some((sliding_window - 1 + mif).min(mml).div_ceil(bs) + 1)
-            }
+            GroupKind::SlidingWindow { sliding_window } => Some((sliding_window - 1 + mif).min(mml).div_ceil(bs) + 1),
             GroupKind::ChunkedLocal { attention_chunk_size } => {
                 Some((attention_chunk_size + mif).min(mml).div_ceil(bs))
             }
@@ -153,6 +160,22 @@ impl KvConfig {
     /// The checks vLLM's constructors (and kvtrace/1) apply (FORMAT.md §2.1).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
+        // DECISION (spec/kvtrace.md): sizes beyond 2^40 tokens are refused as a
+        // ConfigError; vLLM would fail allocating such a cache, kvsim would overflow.
+        let sizes = [self.max_model_len, self.max_in_flight_tokens]
+            .into_iter()
+            .chain(self.groups.iter().flat_map(|g| match g.kind {
+                GroupKind::SlidingWindow { sliding_window: w } => [g.block_size, w],
+                GroupKind::ChunkedLocal {
+                    attention_chunk_size: c,
+                } => [g.block_size, c],
+                _ => [g.block_size, 1],
+            }));
+        for v in sizes {
+            if v > MAX_SIZE {
+                return err(format!("size {v} exceeds the supported maximum {MAX_SIZE}"));
+            }
+        }
         if self.num_blocks < 2 {
             return err(format!("num_blocks must be >= 2, got {}", self.num_blocks));
         }
@@ -202,10 +225,7 @@ impl KvConfig {
                         g.block_size
                     ));
                 }
-                if self.groups.len() > 1
-                    && matches!(g.kind, GroupKind::ChunkedLocal { .. })
-                    && g.block_size != sbs
-                {
+                if self.groups.len() > 1 && matches!(g.kind, GroupKind::ChunkedLocal { .. }) && g.block_size != sbs {
                     return err(format!(
                         "groups[{i}]: chunked_local block_size {} != scheduler_block_size {sbs} in a hybrid layout",
                         g.block_size
@@ -227,7 +247,10 @@ mod tests {
             enable_caching: caching,
             max_model_len: 256,
             max_in_flight_tokens: 256,
-            groups: groups.iter().map(|&(kind, block_size)| GroupSpec { kind, block_size }).collect(),
+            groups: groups
+                .iter()
+                .map(|&(kind, block_size)| GroupSpec { kind, block_size })
+                .collect(),
             watermark_blocks: 0,
         }
     }
@@ -248,15 +271,21 @@ mod tests {
         // vllm_kv.md §3.4 worked example: window 4.
         let swa = GroupKind::SlidingWindow { sliding_window: 4 };
         assert_eq!([4, 5, 7, 11].map(|n| swa.skipped_tokens(n)), [1, 2, 4, 8]);
-        let ch = GroupKind::ChunkedLocal { attention_chunk_size: 8 };
+        let ch = GroupKind::ChunkedLocal {
+            attention_chunk_size: 8,
+        };
         assert_eq!(ch.skipped_tokens(17), 16);
-        let m = GroupKind::Mamba { mamba_cache_mode: MambaMode::Align };
+        let m = GroupKind::Mamba {
+            mamba_cache_mode: MambaMode::Align,
+        };
         assert_eq!(m.skipped_tokens(0), -1);
     }
 
     #[test]
     fn mamba_mode_must_match_caching() {
-        let m = GroupKind::Mamba { mamba_cache_mode: MambaMode::None };
+        let m = GroupKind::Mamba {
+            mamba_cache_mode: MambaMode::None,
+        };
         assert!(cfg(&[(m, 256)], true).validate().is_err());
         assert!(cfg(&[(m, 256)], false).validate().is_ok());
     }

@@ -8,7 +8,9 @@ fn int(m: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>, Con
     match m.get(key) {
         None => Ok(None),
         Some(v) if !v.is_boolean() && v.as_u64().is_some() => Ok(v.as_u64()),
-        Some(v) => Err(ConfigError(format!("{path}{key} must be a non-negative integer, got {v}"))),
+        Some(v) => Err(ConfigError(format!(
+            "{path}{key} must be a non-negative integer, got {v}"
+        ))),
     }
 }
 
@@ -21,7 +23,9 @@ fn req_int(m: &Map<String, Value>, key: &str, path: &str, min: u64) -> Result<u6
 }
 
 pub fn parse_config(v: &Value) -> Result<KvConfig, ConfigError> {
-    let m = v.as_object().ok_or_else(|| ConfigError("config must be an object".into()))?;
+    let m = v
+        .as_object()
+        .ok_or_else(|| ConfigError("config must be an object".into()))?;
     let num_blocks = req_int(m, "num_blocks", "", 2)?;
     let num_blocks = u32::try_from(num_blocks).map_err(|_| ConfigError("num_blocks is too large".into()))?;
     let enable_caching = m
@@ -43,7 +47,9 @@ pub fn parse_config(v: &Value) -> Result<KvConfig, ConfigError> {
     let mut groups = Vec::with_capacity(groups_v.len());
     for (i, g) in groups_v.iter().enumerate() {
         let path = format!("groups[{i}].");
-        let g = g.as_object().ok_or_else(|| ConfigError(format!("groups[{i}] must be an object")))?;
+        let g = g
+            .as_object()
+            .ok_or_else(|| ConfigError(format!("groups[{i}] must be an object")))?;
         let bs = int(g, "block_size", &path)?.unwrap_or(block_size);
         if bs < 1 {
             return Err(ConfigError(format!("{path}block_size must be >= 1")));
@@ -51,22 +57,35 @@ pub fn parse_config(v: &Value) -> Result<KvConfig, ConfigError> {
         let kind = match g.get("kind").and_then(Value::as_str) {
             Some("full_attention") => GroupKind::FullAttention,
             Some("mla") => GroupKind::Mla,
-            Some("sliding_window") => GroupKind::SlidingWindow { sliding_window: req_int(g, "sliding_window", &path, 2)? },
-            Some("chunked_local") => {
-                GroupKind::ChunkedLocal { attention_chunk_size: req_int(g, "attention_chunk_size", &path, 1)? }
-            }
+            Some("sliding_window") => GroupKind::SlidingWindow {
+                sliding_window: req_int(g, "sliding_window", &path, 2)?,
+            },
+            Some("chunked_local") => GroupKind::ChunkedLocal {
+                attention_chunk_size: req_int(g, "attention_chunk_size", &path, 1)?,
+            },
             Some("mamba") => GroupKind::Mamba {
                 mamba_cache_mode: match g.get("mamba_cache_mode").and_then(Value::as_str) {
                     Some("none") => MambaMode::None,
                     Some("align") => MambaMode::Align,
-                    other => return Err(ConfigError(format!("{path}mamba_cache_mode must be \"none\" or \"align\", got {other:?}"))),
+                    other => {
+                        return Err(ConfigError(format!(
+                            "{path}mamba_cache_mode must be \"none\" or \"align\", got {other:?}"
+                        )))
+                    }
                 },
             },
             other => return Err(ConfigError(format!("{path}kind: unknown kind {other:?}"))),
         };
         groups.push(GroupSpec { kind, block_size: bs });
     }
-    let cfg = KvConfig { num_blocks, enable_caching, max_model_len, max_in_flight_tokens, groups, watermark_blocks: 0 };
+    let cfg = KvConfig {
+        num_blocks,
+        enable_caching,
+        max_model_len,
+        max_in_flight_tokens,
+        groups,
+        watermark_blocks: 0,
+    };
     cfg.validate()?;
     Ok(cfg)
 }

@@ -12,8 +12,22 @@ use super::replay::Session;
 
 /// The layouts of FORMAT.md §5, round-robin by trace index.
 pub const LAYOUTS: [&str; 16] = [
-    "full", "full-nocache", "mla", "full+swa", "full+swa-nocache", "full+mamba", "full+mamba-none", "swa",
-    "swa-nocache", "chunked", "chunked-nocache", "full+chunked", "full+swa+swa", "mamba", "mamba-none", "full2x+swa",
+    "full",
+    "full-nocache",
+    "mla",
+    "full+swa",
+    "full+swa-nocache",
+    "full+mamba",
+    "full+mamba-none",
+    "swa",
+    "swa-nocache",
+    "chunked",
+    "chunked-nocache",
+    "full+chunked",
+    "full+swa+swa",
+    "mamba",
+    "mamba-none",
+    "full2x+swa",
 ];
 
 fn layout_config(layout: &str, rng: &mut ChaCha8Rng) -> (Value, u64) {
@@ -37,7 +51,11 @@ fn layout_config(layout: &str, rng: &mut ChaCha8Rng) -> (Value, u64) {
         "chunked" => vec![chunk],
         "full+chunked" => vec![full, chunk],
         "full+swa+swa" => {
-            let w2 = if rng.gen_bool(0.5) { window } else { rng.gen_range(2..=3 * bs) };
+            let w2 = if rng.gen_bool(0.5) {
+                window
+            } else {
+                rng.gen_range(2..=3 * bs)
+            };
             vec![full, swa, json!({"kind": "sliding_window", "sliding_window": w2})]
         }
         "mamba" => vec![mamba],
@@ -93,7 +111,14 @@ pub fn generate(seed: u64, index: usize) -> Value {
     let layout = LAYOUTS[index % LAYOUTS.len()];
     let (config, mml) = layout_config(layout, &mut rng);
     let session = Session::new(&config).expect("generated configs are valid");
-    let mut g = Gen { rng, session, ops: Vec::new(), families: Vec::new(), finished: Vec::new(), next_id: 0 };
+    let mut g = Gen {
+        rng,
+        session,
+        ops: Vec::new(),
+        families: Vec::new(),
+        finished: Vec::new(),
+        next_id: 0,
+    };
     let budget_cap = mml;
     let max_seqs = g.rng.gen_range(1..=4);
     let fsmf = g.rng.gen_bool(0.5);
@@ -135,7 +160,10 @@ pub fn generate(seed: u64, index: usize) -> Value {
             }
             let mut ok = false;
             loop {
-                if !g.op(json!({"op": "allocate_slots", "id": id, "num_new_tokens": n})).is_null() {
+                if !g
+                    .op(json!({"op": "allocate_slots", "id": id, "num_new_tokens": n}))
+                    .is_null()
+                {
                     ok = true;
                     break;
                 }
@@ -156,10 +184,14 @@ pub fn generate(seed: u64, index: usize) -> Value {
             k += 1;
         }
         while !preempted && budget > 0 && running.len() < max_seqs {
-            let Some((id, max_tokens)) = waiting.front().cloned() else { break };
+            let Some((id, max_tokens)) = waiting.front().cloned() else {
+                break;
+            };
             let lookup = g.rng.gen_range(0..100) >= 3;
             let hit = if lookup {
-                g.op(json!({"op": "get_computed_blocks", "id": id}))["num_computed_tokens"].as_u64().unwrap_or(0)
+                g.op(json!({"op": "get_computed_blocks", "id": id}))["num_computed_tokens"]
+                    .as_u64()
+                    .unwrap_or(0)
             } else {
                 0
             };
@@ -190,7 +222,11 @@ pub fn generate(seed: u64, index: usize) -> Value {
         for (id, n) in scheduled {
             let (toks, comp) = g.progress(&id);
             let done = comp + n == toks;
-            let out: Vec<u64> = if done && toks < mml { vec![g.rng.gen_range(0..50)] } else { vec![] };
+            let out: Vec<u64> = if done && toks < mml {
+                vec![g.rng.gen_range(0..50)]
+            } else {
+                vec![]
+            };
             g.op(json!({"op": "commit", "id": id, "num_tokens": n, "output_tokens": out}));
             let pos = running.iter().position(|r| r.0 == id).expect("scheduled requests run");
             let generated = g.generated(&id);
@@ -221,7 +257,11 @@ pub fn generate(seed: u64, index: usize) -> Value {
 
 impl Gen {
     fn req(&self, id: &str) -> &crate::kv::Request {
-        self.session.live().find(|(k, _)| *k == id).map(|(_, r)| r).expect("live request")
+        self.session
+            .live()
+            .find(|(k, _)| *k == id)
+            .map(|(_, r)| r)
+            .expect("live request")
     }
     fn progress(&self, id: &str) -> (u64, u64) {
         let r = self.req(id);

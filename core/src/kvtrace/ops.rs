@@ -8,7 +8,9 @@ pub type Fields<'a> = &'a Map<String, Value>;
 pub fn int(f: Fields, key: &str, default: Option<u64>) -> Result<u64, String> {
     match f.get(key).filter(|v| !v.is_null()) {
         None => default.ok_or_else(|| format!("{key} is required")),
-        Some(v) if !v.is_boolean() => v.as_u64().ok_or_else(|| format!("{key} must be a non-negative integer, got {v}")),
+        Some(v) if !v.is_boolean() => v
+            .as_u64()
+            .ok_or_else(|| format!("{key} must be a non-negative integer, got {v}")),
         Some(v) => Err(format!("{key} must be an integer, got {v}")),
     }
 }
@@ -33,7 +35,10 @@ pub fn tokens(f: Fields, key: &str, required: bool) -> Result<Vec<u64>, String> 
         None => Err(format!("{key} is required")),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|t| t.as_u64().ok_or_else(|| format!("{key} must hold integers >= 0, got {t}")))
+            .map(|t| {
+                t.as_u64()
+                    .ok_or_else(|| format!("{key} must hold integers >= 0, got {t}"))
+            })
             .collect(),
         Some(v) => Err(format!("{key} must be a list of integers, got {v}")),
     }

@@ -66,13 +66,17 @@ pub fn replay(text: &str) -> Result<Replay, TraceError> {
 
 /// The parts of a kvtrace file: its config and its ops.
 pub fn split_trace(v: &Value) -> Result<(&Value, &Vec<Value>), TraceError> {
-    let top = v.as_object().ok_or_else(|| TraceError::Shape("the top level must be an object".into()))?;
+    let top = v
+        .as_object()
+        .ok_or_else(|| TraceError::Shape("the top level must be an object".into()))?;
     match top.get("format") {
         Some(Value::String(f)) if f == "kvtrace/1" => {}
         Some(other) => return Err(TraceError::Shape(format!("format must be \"kvtrace/1\", got {other}"))),
         None => return Err(TraceError::Shape("missing \"format\": \"kvtrace/1\"".into())),
     }
-    let config = top.get("config").ok_or_else(|| TraceError::Shape("missing \"config\"".into()))?;
+    let config = top
+        .get("config")
+        .ok_or_else(|| TraceError::Shape("missing \"config\"".into()))?;
     let ops = top
         .get("ops")
         .and_then(Value::as_array)
@@ -88,7 +92,10 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
         Err(line) => {
             return Ok(Replay {
                 lines: vec![line],
-                end: ReplayEnd::Stopped { index: -1, error: "ConfigError".into() },
+                end: ReplayEnd::Stopped {
+                    index: -1,
+                    error: "ConfigError".into(),
+                },
                 ops: 0,
             })
         }
@@ -99,10 +106,18 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
         let step = session.apply(i, op);
         lines.push(step.line);
         if let Some(error) = step.error {
-            return Ok(Replay { lines, end: ReplayEnd::Stopped { index: i as i64, error }, ops: i + 1 });
+            return Ok(Replay {
+                lines,
+                end: ReplayEnd::Stopped { index: i as i64, error },
+                ops: i + 1,
+            });
         }
     }
-    Ok(Replay { lines, end: ReplayEnd::Completed, ops: ops.len() })
+    Ok(Replay {
+        lines,
+        end: ReplayEnd::Completed,
+        ops: ops.len(),
+    })
 }
 
 /// One replayed op: its observation line and, on error, the error kind.
@@ -133,7 +148,14 @@ impl Session {
             line
         })?;
         let kv = KvCacheManager::with_mutant(cfg, mutant).expect("validated by parse_config");
-        Ok(Session { r: Replayer { kv, live: BTreeMap::new(), next_rid: 0 }, pending: None })
+        Ok(Session {
+            r: Replayer {
+                kv,
+                live: BTreeMap::new(),
+                next_rid: 0,
+            },
+            pending: None,
+        })
     }
 
     pub fn init_line(&self) -> String {
@@ -156,15 +178,37 @@ impl Session {
             Some(f) => self.r.apply(name, f, lookup, &mut self.pending),
         };
         match outcome {
-            Ok(result) => Step { line: self.r.observe(i as i64, name, &result, None), error: None },
+            Ok(result) => Step {
+                line: self.r.observe(i as i64, name, &result, None),
+                error: None,
+            },
             Err(e) => {
                 let (kind, msg) = match e {
                     OpError::Invalid(m) => ("InvalidOp".to_string(), m),
                     OpError::Model(p) => (p.kind.to_string(), p.message),
                 };
                 let line = self.r.observe(i as i64, name, "null", Some((&kind, &msg)));
-                Step { line, error: Some(kind) }
+                Step {
+                    line,
+                    error: Some(kind),
+                }
             }
+        }
+    }
+
+    /// Apply op number `i` without building its observation line (benchmarks):
+    /// returns the error kind if the op failed.
+    pub fn apply_quiet(&mut self, op: &Value) -> Option<String> {
+        let fields = op.as_object();
+        let name = fields.and_then(|f| f.get("op")).and_then(Value::as_str);
+        let lookup = self.pending.take();
+        match fields {
+            None => Some("InvalidOp".into()),
+            Some(f) => match self.r.apply(name, f, lookup, &mut self.pending) {
+                Ok(_) => None,
+                Err(OpError::Invalid(_)) => Some("InvalidOp".into()),
+                Err(OpError::Model(p)) => Some(p.kind.to_string()),
+            },
         }
     }
 
@@ -210,7 +254,11 @@ impl Replayer {
                 let id = ops::id(f)?;
                 let l = self.live(id)?;
                 if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
-                    return Err("get_computed_blocks needs a waiting or preempted request without blocks".to_string().into());
+                    return Err(
+                        "get_computed_blocks needs a waiting or preempted request without blocks"
+                            .to_string()
+                            .into(),
+                    );
                 }
                 let hit = self.kv.get_computed_blocks(&l.req);
                 let mut out = String::from("{\"block_ids\":");
@@ -232,10 +280,14 @@ impl Replayer {
                 let n = ops::int(f, "num_tokens", None)?;
                 let l = self.live(id)?;
                 if n > l.req.num_computed_tokens {
-                    return Err(format!("num_tokens {n} exceeds num_computed_tokens {}", l.req.num_computed_tokens).into());
+                    return Err(format!(
+                        "num_tokens {n} exceeds num_computed_tokens {}",
+                        l.req.num_computed_tokens
+                    )
+                    .into());
                 }
-                let req = l.req.clone();
-                self.kv.cache_blocks(&req, n)?;
+                let req = &self.live[id].req;
+                self.kv.cache_blocks(req, n)?;
                 Ok("null".into())
             }
             Some("preempt") => {
@@ -308,10 +360,14 @@ impl Replayer {
             _ => None,
         };
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
-        if l.req.num_computed_tokens + hit_tokens + num_new_tokens > l.req.num_tokens() {
+        if l.req
+            .num_computed_tokens
+            .saturating_add(hit_tokens)
+            .saturating_add(num_new_tokens)
+            > l.req.num_tokens()
+        {
             return Err("allocation beyond the request's known tokens".to_string().into());
         }
-        let req = l.req.clone();
         let args = AllocateArgs {
             num_new_tokens,
             hits: hits.as_ref(),
@@ -320,7 +376,7 @@ impl Replayer {
             full_sequence_must_fit,
             reserved_blocks: 0,
         };
-        match self.kv.allocate_slots(&req, args)? {
+        match self.kv.allocate_slots(&self.live[id].req, args)? {
             None => Ok("null".into()),
             Some(new_blocks) => {
                 let l = self.live.get_mut(id).expect("checked live");
@@ -342,13 +398,15 @@ impl Replayer {
         let max = self.kv.config.max_model_len;
         let l = self.live(id)?;
         if l.req.status != RequestStatus::Running || l.uncommitted.is_none() {
-            return Err("commit needs a running request with an uncommitted allocation".to_string().into());
+            return Err("commit needs a running request with an uncommitted allocation"
+                .to_string()
+                .into());
         }
         if l.uncommitted != Some(n) {
             return Err(format!("num_tokens {n} differs from the allocation's {:?}", l.uncommitted).into());
         }
         if !outputs.is_empty() {
-            if l.req.num_computed_tokens + n != l.req.num_tokens() {
+            if l.req.num_computed_tokens.saturating_add(n) != l.req.num_tokens() {
                 return Err("output tokens before every known token is computed".to_string().into());
             }
             if l.req.num_tokens() + outputs.len() as u64 > max {

@@ -9,7 +9,6 @@ mod steps;
 mod tokens;
 mod validate;
 
-
 pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
 pub use steps::{BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
 pub use tokens::Tokens;

@@ -93,8 +93,12 @@ impl GroupLayout {
         Some(match self.kind {
             GroupKindName::FullAttention => GroupKind::FullAttention,
             GroupKindName::Mla => GroupKind::Mla,
-            GroupKindName::SlidingWindow => GroupKind::SlidingWindow { sliding_window: self.sliding_window? },
-            GroupKindName::ChunkedLocal => GroupKind::ChunkedLocal { attention_chunk_size: self.attention_chunk_size? },
+            GroupKindName::SlidingWindow => GroupKind::SlidingWindow {
+                sliding_window: self.sliding_window?,
+            },
+            GroupKindName::ChunkedLocal => GroupKind::ChunkedLocal {
+                attention_chunk_size: self.attention_chunk_size?,
+            },
             GroupKindName::Mamba => GroupKind::Mamba {
                 mamba_cache_mode: if caching { MambaMode::Align } else { MambaMode::None },
             },
@@ -110,7 +114,10 @@ impl Scenario {
             .model
             .groups
             .iter()
-            .map(|g| GroupSpec { kind: g.group_kind(caching).unwrap_or(GroupKind::FullAttention), block_size: g.block_size })
+            .map(|g| GroupSpec {
+                kind: g.group_kind(caching).unwrap_or(GroupKind::FullAttention),
+                block_size: g.block_size,
+            })
             .collect();
         KvConfig {
             num_blocks: self.pool_blocks,

@@ -201,7 +201,11 @@ pub enum FaultSpec {
 
 impl Plan {
     pub fn new(scenario: Scenario) -> Self {
-        Plan { format: super::PLAN_FORMAT.into(), scenario, faults: Vec::new(), steps: Vec::new() }
+        Plan {
+            format: super::PLAN_FORMAT.into(),
+            scenario,
+            faults: Vec::new(),
+            steps: Vec::new(),
+        }
     }
 }
-

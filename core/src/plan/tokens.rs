@@ -34,7 +34,9 @@ impl Tokens {
             Tokens::Ids { ids } => ids.clone(),
             Tokens::Salted { salt, len, vocab } => {
                 let seed = hash_block(None, &[], Some(salt));
-                (0..*len).map(|i| (hash_block(Some(seed), &[i], None) % u128::from((*vocab).max(1))) as u64).collect()
+                (0..*len)
+                    .map(|i| (hash_block(Some(seed), &[i], None) % u128::from((*vocab).max(1))) as u64)
+                    .collect()
             }
         }
     }
@@ -46,9 +48,24 @@ mod tests {
 
     #[test]
     fn salted_draws_nest_and_stay_below_vocab() {
-        let short = Tokens::Salted { salt: "a".into(), len: 10, vocab: 50 }.materialise();
-        let long = Tokens::Salted { salt: "a".into(), len: 30, vocab: 50 }.materialise();
-        let other = Tokens::Salted { salt: "b".into(), len: 10, vocab: 50 }.materialise();
+        let short = Tokens::Salted {
+            salt: "a".into(),
+            len: 10,
+            vocab: 50,
+        }
+        .materialise();
+        let long = Tokens::Salted {
+            salt: "a".into(),
+            len: 30,
+            vocab: 50,
+        }
+        .materialise();
+        let other = Tokens::Salted {
+            salt: "b".into(),
+            len: 10,
+            vocab: 50,
+        }
+        .materialise();
         assert_eq!(short[..], long[..10]);
         assert_ne!(short, other);
         assert!(long.iter().all(|&t| t < 50));

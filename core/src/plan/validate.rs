@@ -25,7 +25,10 @@ impl PlanError {
 }
 
 fn bad(path: impl Into<String>, message: impl Into<String>) -> PlanError {
-    PlanError::Inconsistent { path: path.into(), message: message.into() }
+    PlanError::Inconsistent {
+        path: path.into(),
+        message: message.into(),
+    }
 }
 
 /// Parse and validate a plan's JSON text.
@@ -33,7 +36,10 @@ pub fn load_plan(text: &str) -> Result<Plan, PlanError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     let plan: Plan = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        PlanError::Malformed { path: if path == "." { "$".into() } else { format!("$.{path}") }, message: e.into_inner().to_string() }
+        PlanError::Malformed {
+            path: if path == "." { "$".into() } else { format!("$.{path}") },
+            message: e.into_inner().to_string(),
+        }
     })?;
     validate(&plan)?;
     Ok(plan)
@@ -47,18 +53,28 @@ fn validate_scenario(s: &Scenario) -> Result<(), PlanError> {
         return Err(bad("$.scenario.model.vocab_size", "must be >= 1"));
     }
     if s.model.top_k > s.model.experts {
-        return Err(bad("$.scenario.model.top_k", format!("top_k {} exceeds experts {}", s.model.top_k, s.model.experts)));
+        return Err(bad(
+            "$.scenario.model.top_k",
+            format!("top_k {} exceeds experts {}", s.model.top_k, s.model.experts),
+        ));
     }
     if !(0.0..1.0).contains(&s.scheduler.watermark) {
         return Err(bad("$.scenario.scheduler.watermark", "must be in [0, 1)"));
     }
     if s.scheduler.max_num_seqs == 0 || s.scheduler.max_num_batched_tokens == 0 {
-        return Err(bad("$.scenario.scheduler", "max_num_seqs and max_num_batched_tokens must be >= 1"));
+        return Err(bad(
+            "$.scenario.scheduler",
+            "max_num_seqs and max_num_batched_tokens must be >= 1",
+        ));
     }
     for (i, g) in s.model.groups.iter().enumerate() {
         let path = format!("$.scenario.model.groups[{i}]");
         if g.group_kind(s.scheduler.enable_caching).is_none() {
-            let field = if g.kind == GroupKindName::SlidingWindow { "sliding_window" } else { "attention_chunk_size" };
+            let field = if g.kind == GroupKindName::SlidingWindow {
+                "sliding_window"
+            } else {
+                "attention_chunk_size"
+            };
             return Err(bad(format!("{path}.{field}"), "required for this kind"));
         }
         if g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0 {
@@ -70,7 +86,10 @@ fn validate_scenario(s: &Scenario) -> Result<(), PlanError> {
 
 fn check_blocks(path: &str, blocks: &[u32], pool: u32) -> Result<(), PlanError> {
     match blocks.iter().find(|&&b| b >= pool) {
-        Some(b) => Err(bad(path, format!("block {b} does not exist (the pool has {pool} blocks)"))),
+        Some(b) => Err(bad(
+            path,
+            format!("block {b} does not exist (the pool has {pool} blocks)"),
+        )),
         None => Ok(()),
     }
 }
@@ -78,7 +97,10 @@ fn check_blocks(path: &str, blocks: &[u32], pool: u32) -> Result<(), PlanError> 
 /// Consistency: ranks, step order, block ids, group ids, request lifecycles.
 pub fn validate(plan: &Plan) -> Result<(), PlanError> {
     if plan.format != super::PLAN_FORMAT {
-        return Err(bad("$.format", format!("expected \"{}\", got \"{}\"", super::PLAN_FORMAT, plan.format)));
+        return Err(bad(
+            "$.format",
+            format!("expected \"{}\", got \"{}\"", super::PLAN_FORMAT, plan.format),
+        ));
     }
     let s = &plan.scenario;
     validate_scenario(s)?;
@@ -90,13 +112,22 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
     for (k, st) in plan.steps.iter().enumerate() {
         let sp = format!("$.steps[{k}]");
         if st.rank >= s.dp_ranks {
-            return Err(bad(format!("{sp}.rank"), format!("rank {} but the scenario has {} ranks", st.rank, s.dp_ranks)));
+            return Err(bad(
+                format!("{sp}.rank"),
+                format!("rank {} but the scenario has {} ranks", st.rank, s.dp_ranks),
+            ));
         }
         if st.step < last_step {
-            return Err(bad(format!("{sp}.step"), format!("step {} after step {last_step}", st.step)));
+            return Err(bad(
+                format!("{sp}.step"),
+                format!("step {} after step {last_step}", st.step),
+            ));
         }
         if !seen_steps.insert((st.step, st.rank)) {
-            return Err(bad(format!("{sp}.step"), format!("step {} of rank {} appears twice", st.step, st.rank)));
+            return Err(bad(
+                format!("{sp}.step"),
+                format!("step {} of rank {} appears twice", st.step, st.rank),
+            ));
         }
         last_step = st.step;
         for (j, op) in st.ops.iter().enumerate() {
@@ -104,17 +135,26 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
             let need_live = |req: &str, live: &BTreeMap<(u32, String), bool>| -> Result<(), PlanError> {
                 match live.get(&(st.rank, req.to_string())) {
                     None => Err(bad(format!("{op_path}.req"), format!("unknown request \"{req}\""))),
-                    Some(true) => Err(bad(format!("{op_path}.req"), format!("request \"{req}\" is already finished"))),
+                    Some(true) => Err(bad(
+                        format!("{op_path}.req"),
+                        format!("request \"{req}\" is already finished"),
+                    )),
                     Some(false) => Ok(()),
                 }
             };
             match op {
                 PlanOp::AddRequest { req, prompt, .. } => {
                     if live.get(&(st.rank, req.clone())) == Some(&false) {
-                        return Err(bad(format!("{op_path}.req"), format!("request \"{req}\" is already live")));
+                        return Err(bad(
+                            format!("{op_path}.req"),
+                            format!("request \"{req}\" is already live"),
+                        ));
                     }
                     if prompt.is_empty() || prompt.len() >= mml {
-                        return Err(bad(format!("{op_path}.prompt"), format!("length {} not in [1, max_model_len={mml})", prompt.len())));
+                        return Err(bad(
+                            format!("{op_path}.prompt"),
+                            format!("length {} not in [1, max_model_len={mml})", prompt.len()),
+                        ));
                     }
                     if let Tokens::Ids { ids } = prompt {
                         if let Some(t) = ids.iter().find(|&&t| t >= s.model.vocab_size) {
@@ -123,14 +163,22 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                     }
                     live.insert((st.rank, req.clone()), false);
                 }
-                PlanOp::Schedule { req, num_new_tokens, expect, .. } => {
+                PlanOp::Schedule {
+                    req,
+                    num_new_tokens,
+                    expect,
+                    ..
+                } => {
                     need_live(req, &live)?;
                     if *num_new_tokens == 0 {
                         return Err(bad(format!("{op_path}.num_new_tokens"), "must be >= 1"));
                     }
                     if let Some(t) = &expect.tables {
                         if t.len() as u32 != groups {
-                            return Err(bad(format!("{op_path}.expect.tables"), format!("{} tables for {groups} groups", t.len())));
+                            return Err(bad(
+                                format!("{op_path}.expect.tables"),
+                                format!("{} tables for {groups} groups", t.len()),
+                            ));
                         }
                         for (g, table) in t.iter().enumerate() {
                             check_blocks(&format!("{op_path}.expect.tables[{g}]"), table, pool)?;
@@ -139,7 +187,12 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                 }
                 PlanOp::Forward { batch } => {
                     for (b, e) in batch.iter().enumerate() {
-                        need_live(&e.req, &live).map_err(|_| bad(format!("{op_path}.batch[{b}].req"), format!("request \"{}\" is not live", e.req)))?;
+                        need_live(&e.req, &live).map_err(|_| {
+                            bad(
+                                format!("{op_path}.batch[{b}].req"),
+                                format!("request \"{}\" is not live", e.req),
+                            )
+                        })?;
                     }
                 }
                 PlanOp::CacheBlocks { req, .. } | PlanOp::Preempt { req } => need_live(req, &live)?,
@@ -147,18 +200,33 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                     need_live(req, &live)?;
                     live.insert((st.rank, req.clone()), true);
                 }
-                PlanOp::RegisterShadow { shadow, chain, groups: sg, .. } => {
+                PlanOp::RegisterShadow {
+                    shadow,
+                    chain,
+                    groups: sg,
+                    ..
+                } => {
                     need_live(chain, &live).map_err(|e| bad(format!("{op_path}.chain"), e.to_string()))?;
                     if !sg.is_empty() && sg.len() as u32 > groups {
-                        return Err(bad(format!("{op_path}.groups"), format!("{} groups for a {groups}-group layout", sg.len())));
+                        return Err(bad(
+                            format!("{op_path}.groups"),
+                            format!("{} groups for a {groups}-group layout", sg.len()),
+                        ));
                     }
                     for (g, grp) in sg.iter().enumerate() {
                         check_blocks(&format!("{op_path}.groups[{g}].shared"), &grp.shared, pool)?;
                         check_blocks(&format!("{op_path}.groups[{g}].tail"), &grp.tail, pool)?;
-                        check_blocks(&format!("{op_path}.groups[{g}].cow_from"), grp.cow_from.as_slice(), pool)?;
+                        check_blocks(
+                            &format!("{op_path}.groups[{g}].cow_from"),
+                            grp.cow_from.as_slice(),
+                            pool,
+                        )?;
                     }
                     if live.get(&(st.rank, shadow.clone())) == Some(&false) {
-                        return Err(bad(format!("{op_path}.shadow"), format!("request \"{shadow}\" is already live")));
+                        return Err(bad(
+                            format!("{op_path}.shadow"),
+                            format!("request \"{shadow}\" is already live"),
+                        ));
                     }
                     live.insert((st.rank, shadow.clone()), false);
                 }

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
 use crate::conformance::{compare, trace_pairs};
+use clap::Args;
 
 use super::{read_file, say, CliError};
 
@@ -28,19 +28,35 @@ pub fn run(a: ConformanceArgs) -> Result<ExitCode, CliError> {
             Some(d) => {
                 divergent += 1;
                 if divergent <= 5 {
-                    say(format_args!("DIVERGENCE {} at observation line {} (op index {})", d.trace.display(), d.line, d.line as i64 - 1))?;
+                    say(format_args!(
+                        "DIVERGENCE {} at observation line {} (op index {})",
+                        d.trace.display(),
+                        d.line,
+                        d.line as i64 - 1
+                    ))?;
                     say(format_args!("  vllm : {}", d.expected))?;
                     say(format_args!("  kvsim: {}", d.actual))?;
                 }
             }
         }
     }
-    say(format_args!("conformance: {} traces compared, {} divergent", pairs.len(), divergent))?;
+    say(format_args!(
+        "conformance: {} traces compared, {} divergent",
+        pairs.len(),
+        divergent
+    ))?;
     if divergent > 0 {
-        return Err(CliError::Failed(format!("{divergent} of {} traces diverge from vLLM", pairs.len())));
+        return Err(CliError::Failed(format!(
+            "{divergent} of {} traces diverge from vLLM",
+            pairs.len()
+        )));
     }
     if pairs.len() < a.min_traces {
-        return Err(CliError::Failed(format!("only {} traces found, at least {} required", pairs.len(), a.min_traces)));
+        return Err(CliError::Failed(format!(
+            "only {} traces found, at least {} required",
+            pairs.len(),
+            a.min_traces
+        )));
     }
     Ok(ExitCode::SUCCESS)
 }

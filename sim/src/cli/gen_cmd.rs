@@ -31,7 +31,8 @@ pub fn run(a: GenArgs) -> Result<ExitCode, CliError> {
         let trace = gen::generate(a.seed, index);
         let path = a.out.join(format!("kvsim_{index:05}.json"));
         let text = serde_json::to_string(&trace).expect("a Value serializes");
-        write_atomic(&path, text.as_bytes()).map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))?;
+        write_atomic(&path, text.as_bytes())
+            .map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))?;
     }
     eprintln!("wrote {} traces to {}", a.count, a.out.display());
     Ok(ExitCode::SUCCESS)

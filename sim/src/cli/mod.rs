@@ -1,7 +1,9 @@
 //! Subcommands of `kvsim`. Each lives in its own file; this one dispatches and
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
+mod bench_cmd;
 mod conformance_cmd;
+mod fuzz_cmd;
 mod gen_cmd;
 mod replay_cmd;
 mod schema_cmd;
@@ -33,6 +35,10 @@ pub enum Command {
     Schema(schema_cmd::SchemaArgs),
     /// List the invariant catalog.
     Invariants(schema_cmd::InvariantsArgs),
+    /// Fuzz the plan and kvtrace loaders and the executor; any panic is a failure.
+    Fuzz(fuzz_cmd::FuzzArgs),
+    /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
+    BenchTraces(bench_cmd::BenchArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -77,5 +83,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Replay(a) => replay_cmd::run(a),
         Command::Schema(a) => schema_cmd::run(a),
         Command::Invariants(a) => schema_cmd::run_invariants(a),
+        Command::Fuzz(a) => fuzz_cmd::run(a),
+        Command::BenchTraces(a) => bench_cmd::run(a),
     }
 }

@@ -34,7 +34,7 @@ pub struct ReplayArgs {
     pub perfetto: Option<PathBuf>,
 }
 
-fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), CliError> {
+fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
     write_atomic(path, bytes).map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -51,16 +51,27 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         write(p, report.trace_jsonl().as_bytes())?;
     }
     if let Some(p) = &a.perfetto {
-        write(p, serde_json::to_string(&perfetto_json(&report)).expect("serializes").as_bytes())?;
+        write(
+            p,
+            serde_json::to_string(&perfetto_json(&report))
+                .expect("serializes")
+                .as_bytes(),
+        )?;
     }
     match &report.outcome {
         Outcome::Passed => {
-            say(format_args!("passed: {} steps, {} ops, plan {}", report.steps, report.ops, report.plan_hash))?;
+            say(format_args!(
+                "passed: {} steps, {} ops, plan {}",
+                report.steps, report.ops, report.plan_hash
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Outcome::Violation(f) | Outcome::Mismatch(f) => {
             let what = f.invariant.as_deref().unwrap_or("PLAN-MISMATCH");
-            say(format_args!("FAILED {what} at step {} rank {} op {:?}: {}", f.step, f.rank, f.op_index, f.detail))?;
+            say(format_args!(
+                "FAILED {what} at step {} rank {} op {:?}: {}",
+                f.step, f.rank, f.op_index, f.detail
+            ))?;
             Ok(ExitCode::from(1))
         }
     }

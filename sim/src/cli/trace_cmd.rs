@@ -22,14 +22,18 @@ pub fn run(a: TraceArgs) -> Result<ExitCode, CliError> {
     let text = read_file(&a.file)?;
     let bad = |e: kvtrace::TraceError| CliError::Input(format!("{}: {e}", a.file.display()));
     if let Some(n) = a.bench {
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(kvtrace::TraceError::Json(e.to_string())))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(kvtrace::TraceError::Json(e.to_string())))?;
         let start = std::time::Instant::now();
         let mut ops = 0usize;
         for _ in 0..n.max(1) {
             ops += kvtrace::replay_value(&v).map_err(bad)?.ops;
         }
         let secs = start.elapsed().as_secs_f64();
-        eprintln!("{{\"ops\":{ops},\"seconds\":{secs:.6},\"ops_per_sec\":{:.1}}}", ops as f64 / secs);
+        eprintln!(
+            "{{\"ops\":{ops},\"seconds\":{secs:.6},\"ops_per_sec\":{:.1}}}",
+            ops as f64 / secs
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let replay = kvtrace::replay(&text).map_err(bad)?;

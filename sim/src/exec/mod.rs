@@ -39,13 +39,18 @@ fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut 
                 e.deadline_passed = true;
                 events.push(format!("soft timeout at step {step}"));
             }
-            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
-                if e.requests.contains_key(req) {
-                    let _ = e.apply(&PlanOp::Finish { req: req.clone(), fenced: false });
-                    events.push(format!("abort {req}"));
-                }
+            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank && e.requests.contains_key(req) => {
+                let _ = e.apply(&PlanOp::Finish {
+                    req: req.clone(),
+                    fenced: false,
+                });
+                events.push(format!("abort {req}"));
             }
-            FaultSpec::ShrinkPool { step: s, rank: r, blocks } if *s == step && *r == rank => {
+            FaultSpec::ShrinkPool {
+                step: s,
+                rank: r,
+                blocks,
+            } if *s == step && *r == rank => {
                 let n = (*blocks as usize).min(e.kv.pool.num_free_blocks());
                 if let Ok(b) = e.kv.pool.get_new_blocks(n) {
                     e.phantom.extend(b);
@@ -100,13 +105,22 @@ pub fn run_plan(plan: &Plan) -> RunReport {
                 report.ops += 1;
                 match e.apply(op) {
                     Err(m) => {
-                        report.trace.push(TraceEvent::op(clock, step, rank, i, &op_json, format!("MISMATCH: {}", m.0)));
+                        report.trace.push(TraceEvent::op(
+                            clock,
+                            step,
+                            rank,
+                            i,
+                            &op_json,
+                            format!("MISMATCH: {}", m.0),
+                        ));
                         report.outcome = Outcome::Mismatch(Finding::at(step, rank, Some(i), op_json, m.0));
                         report.finish(clock, step);
                         return report;
                     }
                     Ok(out) => {
-                        report.trace.push(TraceEvent::op(clock, step, rank, i, &op_json, out.result));
+                        report
+                            .trace
+                            .push(TraceEvent::op(clock, step, rank, i, &op_json, out.result));
                         let mut v: Vec<Violation> = out.violations;
                         v.extend(check_model(&e.kv, &e.retained()));
                         if let Some(first) = v.into_iter().next() {

@@ -33,8 +33,10 @@ pub fn perfetto_json(report: &RunReport) -> Value {
             "forward" => {
                 for b in e.op["batch"].as_array().into_iter().flatten() {
                     let req = b["req"].as_str().unwrap_or("?");
-                    events.push(json!({"name": format!("{req} +{}", b["tokens"]), "cat": "request", "ph": "X",
-                        "ts": us(e.t_ns), "dur": 900.0, "pid": e.rank, "tid": lane(e.rank, req), "args": args}));
+                    events.push(
+                        json!({"name": format!("{req} +{}", b["tokens"]), "cat": "request", "ph": "X",
+                        "ts": us(e.t_ns), "dur": 900.0, "pid": e.rank, "tid": lane(e.rank, req), "args": args}),
+                    );
                 }
             }
             "begin_timed" => {
@@ -42,8 +44,10 @@ pub fn perfetto_json(report: &RunReport) -> Value {
             }
             "end_timed" => {
                 if let Some((point, t0)) = timed_open.remove(&e.rank) {
-                    events.push(json!({"name": format!("timed point {point}"), "cat": "measurement", "ph": "X",
-                        "ts": us(t0), "dur": us(e.t_ns.saturating_sub(t0)).max(1.0), "pid": e.rank, "tid": 1}));
+                    events.push(
+                        json!({"name": format!("timed point {point}"), "cat": "measurement", "ph": "X",
+                        "ts": us(t0), "dur": us(e.t_ns.saturating_sub(t0)).max(1.0), "pid": e.rank, "tid": 1}),
+                    );
                 }
             }
             _ => {
@@ -62,7 +66,12 @@ pub fn perfetto_json(report: &RunReport) -> Value {
     for ((rank, name), l) in &lanes {
         events.push(json!({"name": "thread_name", "ph": "M", "pid": rank, "tid": l, "args": {"name": name}}));
     }
-    for rank in next_lane.keys().copied().chain(step_start.keys().map(|k| k.0)).collect::<std::collections::BTreeSet<_>>() {
+    for rank in next_lane
+        .keys()
+        .copied()
+        .chain(step_start.keys().map(|k| k.0))
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         events.push(json!({"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "steps"}}));
         events.push(json!({"name": "thread_name", "ph": "M", "pid": rank, "tid": 1, "args": {"name": "measurement"}}));
         events.push(json!({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": format!("rank {rank}")}}));

@@ -21,7 +21,15 @@ pub struct Finding {
 
 impl Finding {
     pub fn at(step: u64, rank: u32, op_index: Option<usize>, op: Value, detail: String) -> Self {
-        Finding { invariant: None, step, rank, op_index, op, detail, state: Value::Null }
+        Finding {
+            invariant: None,
+            step,
+            rank,
+            op_index,
+            op,
+            detail,
+            state: Value::Null,
+        }
     }
     pub fn with_invariant(mut self, id: &str) -> Self {
         self.invariant = Some(id.to_string());
@@ -57,10 +65,24 @@ pub struct TraceEvent {
 
 impl TraceEvent {
     pub fn op(t_ns: u64, step: u64, rank: u32, i: usize, op: &Value, result: String) -> Self {
-        TraceEvent { t_ns, step, rank, i: Some(i), op: op.clone(), result }
+        TraceEvent {
+            t_ns,
+            step,
+            rank,
+            i: Some(i),
+            op: op.clone(),
+            result,
+        }
     }
     pub fn fault(t_ns: u64, step: u64, rank: u32, what: String) -> Self {
-        TraceEvent { t_ns, step, rank, i: None, op: Value::Null, result: format!("fault: {what}") }
+        TraceEvent {
+            t_ns,
+            step,
+            rank,
+            i: None,
+            op: Value::Null,
+            result: format!("fault: {what}"),
+        }
     }
 }
 
@@ -77,7 +99,15 @@ pub struct RunReport {
 
 impl RunReport {
     pub fn new(plan_hash: String) -> Self {
-        RunReport { plan_hash, outcome: Outcome::Passed, steps: 0, ops: 0, sim_time_ns: 0, last_step: 0, trace: Vec::new() }
+        RunReport {
+            plan_hash,
+            outcome: Outcome::Passed,
+            steps: 0,
+            ops: 0,
+            sim_time_ns: 0,
+            last_step: 0,
+            trace: Vec::new(),
+        }
     }
 
     pub fn finish(&mut self, clock: u64, step: u64) {

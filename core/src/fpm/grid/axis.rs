@@ -83,27 +83,15 @@ pub fn uniformly_limit_axis(values: &[u64], max_samples: usize) -> Result<Vec<u6
 /// the graph budget `max_samples − len(tail)` is ≥ 1, the tail is kept whole and the graph part is
 /// uniformly limited to the budget (budget 1 → the first graph point only). Otherwise the whole
 /// axis is uniformly limited.
-pub fn limit_cudagraph_axis(
-    values: &[u64],
-    capture_sizes: &[u64],
-    max_samples: usize,
-) -> Result<Vec<u64>, AxisError> {
+pub fn limit_cudagraph_axis(values: &[u64], capture_sizes: &[u64], max_samples: usize) -> Result<Vec<u64>, AxisError> {
     if values.len() <= max_samples {
         return Ok(values.to_vec());
     }
     let Some(max_capture) = capture_sizes.iter().copied().filter(|&c| c >= 1).max() else {
         return uniformly_limit_axis(values, max_samples);
     };
-    let graph_points: Vec<u64> = values
-        .iter()
-        .copied()
-        .filter(|&v| v <= max_capture)
-        .collect();
-    let eager_tail: Vec<u64> = values
-        .iter()
-        .copied()
-        .filter(|&v| v > max_capture)
-        .collect();
+    let graph_points: Vec<u64> = values.iter().copied().filter(|&v| v <= max_capture).collect();
+    let eager_tail: Vec<u64> = values.iter().copied().filter(|&v| v > max_capture).collect();
     // Integer comparison keeps the inclusive 20 % boundary exact (§1.2).
     let protect_eager_tail = !eager_tail.is_empty() && eager_tail.len() * 5 <= values.len();
     let graph_budget = max_samples.saturating_sub(eager_tail.len());
@@ -171,12 +159,7 @@ impl PartitionShape {
     /// dynamo_fpm.md §1.2 `_balanced_partition`: `total` must be a non-negative multiple of `unit`
     /// and ≥ `count·minimum_units·unit`; each slot gets `minimum + q` units and the first `r` one
     /// more, where `(q, r) = divmod(total/unit − count·minimum, count)`.
-    pub fn new(
-        total: u64,
-        count: u64,
-        unit: u64,
-        minimum_units: u64,
-    ) -> Result<Self, PartitionError> {
+    pub fn new(total: u64, count: u64, unit: u64, minimum_units: u64) -> Result<Self, PartitionError> {
         if count < 1 {
             return Err(PartitionError::ZeroCount);
         }
@@ -207,10 +190,7 @@ impl PartitionShape {
             high_slots: remainder,
         };
         debug_assert!(shape.high_slots < shape.count);
-        debug_assert_eq!(
-            shape.base * shape.count + shape.high_slots * shape.unit,
-            total
-        );
+        debug_assert_eq!(shape.base * shape.count + shape.high_slots * shape.unit, total);
         Ok(shape)
     }
 
@@ -221,11 +201,7 @@ impl PartitionShape {
 
     /// Value of slot `index` (`index < count`).
     pub fn value_at(&self, index: u64) -> u64 {
-        assert!(
-            index < self.count,
-            "partition slot {index} out of {}",
-            self.count
-        );
+        assert!(index < self.count, "partition slot {index} out of {}", self.count);
         if index < self.high_slots {
             self.high()
         } else {
@@ -254,12 +230,7 @@ impl PartitionShape {
 /// `total` split as evenly as possible into `count` multiples of `unit`, each at least
 /// `minimum_units·unit`, larger slots first (dynamo_fpm.md §1.2 `_balanced_partition`; decode
 /// contexts use unit 1, minimum 1). Infeasible input is a typed error, never a panic.
-pub fn balanced_partition(
-    total: u64,
-    count: u64,
-    unit: u64,
-    minimum_units: u64,
-) -> Result<Vec<u64>, PartitionError> {
+pub fn balanced_partition(total: u64, count: u64, unit: u64, minimum_units: u64) -> Result<Vec<u64>, PartitionError> {
     PartitionShape::new(total, count, unit, minimum_units).map(|shape| shape.to_vec())
 }
 
@@ -281,25 +252,13 @@ mod tests {
     fn uniform_limit_uses_the_rounded_index_formula() {
         // n = 10, m = 4: intervals 3, half 1 → indices (0+1)/3=0, (9+1)/3=3, (18+1)/3=6, (27+1)/3=9.
         let values: Vec<u64> = (0..10).map(|v| v * 10).collect();
-        assert_eq!(
-            uniformly_limit_axis(&values, 4).unwrap(),
-            vec![0, 30, 60, 90]
-        );
+        assert_eq!(uniformly_limit_axis(&values, 4).unwrap(), vec![0, 30, 60, 90]);
         // n = 6, m = 4: indices 0, (5+1)/3=2, (10+1)/3=3, (15+1)/3=5.
-        assert_eq!(
-            uniformly_limit_axis(&[1, 2, 3, 4, 5, 6], 4).unwrap(),
-            vec![1, 3, 4, 6]
-        );
+        assert_eq!(uniformly_limit_axis(&[1, 2, 3, 4, 5, 6], 4).unwrap(), vec![1, 3, 4, 6]);
         // n = 5, m = 3: intervals 2, half 1 → 0, (4+1)/2=2, (8+1)/2=4.
-        assert_eq!(
-            uniformly_limit_axis(&[7, 8, 9, 10, 11], 3).unwrap(),
-            vec![7, 9, 11]
-        );
+        assert_eq!(uniformly_limit_axis(&[7, 8, 9, 10, 11], 3).unwrap(), vec![7, 9, 11]);
         // m = 2 keeps exactly the endpoints.
-        assert_eq!(
-            uniformly_limit_axis(&[3, 5, 8, 13], 2).unwrap(),
-            vec![3, 13]
-        );
+        assert_eq!(uniformly_limit_axis(&[3, 5, 8, 13], 2).unwrap(), vec![3, 13]);
     }
 
     #[test]
@@ -318,10 +277,7 @@ mod tests {
 
     #[test]
     fn axis_points_without_captures_are_powers_of_two_plus_the_limit() {
-        assert_eq!(
-            cudagraph_axis_points(&[], 100),
-            vec![1, 2, 4, 8, 16, 32, 64, 100]
-        );
+        assert_eq!(cudagraph_axis_points(&[], 100), vec![1, 2, 4, 8, 16, 32, 64, 100]);
         assert_eq!(cudagraph_axis_points(&[], 8), vec![1, 2, 4, 8]);
         assert_eq!(cudagraph_axis_points(&[0], 3), vec![1, 2, 3]);
         assert_eq!(cudagraph_axis_points(&[1, 2], 0), Vec::<u64>::new());
@@ -335,15 +291,9 @@ mod tests {
             vec![1, 2, 3, 4, 5, 8, 9, 16, 32, 64]
         );
         // The largest capture is above the limit: no tail; captures above the limit drop out.
-        assert_eq!(
-            cudagraph_axis_points(&[1, 2, 4, 8], 6),
-            vec![1, 2, 3, 4, 5, 6]
-        );
+        assert_eq!(cudagraph_axis_points(&[1, 2, 4, 8], 6), vec![1, 2, 3, 4, 5, 6]);
         // A capture equal to the limit gets no +1 and the tail starts at 16, not below 8.
-        assert_eq!(
-            cudagraph_axis_points(&[1, 2, 4, 8], 8),
-            vec![1, 2, 3, 4, 5, 8]
-        );
+        assert_eq!(cudagraph_axis_points(&[1, 2, 4, 8], 8), vec![1, 2, 3, 4, 5, 8]);
         // Tail is strictly below the limit: 2·4 = 8 = limit is not a tail point (limit is).
         assert_eq!(cudagraph_axis_points(&[4], 8), vec![4, 5, 8]);
     }
@@ -375,16 +325,10 @@ mod tests {
     fn cudagraph_limit_twenty_percent_boundary_is_inclusive() {
         let ten: Vec<u64> = (1..=10).collect();
         // Tail {9, 10} is exactly 20 % of 10 → protected; graph budget 3 over 1..=8 → 1, 5, 8.
-        assert_eq!(
-            limit_cudagraph_axis(&ten, &[8], 5).unwrap(),
-            vec![1, 5, 8, 9, 10]
-        );
+        assert_eq!(limit_cudagraph_axis(&ten, &[8], 5).unwrap(), vec![1, 5, 8, 9, 10]);
         // Tail {9, 10, 11} is 27 % of 11 → whole-axis uniform, n=11, m=5: 0, 3, 5, 8, 10.
         let eleven: Vec<u64> = (1..=11).collect();
-        assert_eq!(
-            limit_cudagraph_axis(&eleven, &[8], 5).unwrap(),
-            vec![1, 4, 6, 9, 11]
-        );
+        assert_eq!(limit_cudagraph_axis(&eleven, &[8], 5).unwrap(), vec![1, 4, 6, 9, 11]);
     }
 
     #[test]
@@ -423,14 +367,8 @@ mod tests {
 
     #[test]
     fn balanced_partition_rejects_infeasible_input() {
-        assert_eq!(
-            balanced_partition(5, 0, 1, 0),
-            Err(PartitionError::ZeroCount)
-        );
-        assert_eq!(
-            balanced_partition(5, 2, 0, 0),
-            Err(PartitionError::ZeroUnit)
-        );
+        assert_eq!(balanced_partition(5, 0, 1, 0), Err(PartitionError::ZeroCount));
+        assert_eq!(balanced_partition(5, 2, 0, 0), Err(PartitionError::ZeroUnit));
         assert_eq!(
             balanced_partition(7, 2, 2, 0),
             Err(PartitionError::NotMultipleOfUnit { total: 7, unit: 2 })

@@ -13,20 +13,7 @@ use thiserror::Error;
 use super::cudagraph::CUDAGRAPH_MODE_NONE;
 
 /// `BenchmarkConfig.mode` (§1.1): which phases run.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BenchmarkMode {
     Prefill,
@@ -204,11 +191,7 @@ impl GridConfig {
         let s = &self.samples;
         // dynamo_fpm.md §1.1: the four axis limits are ≥ 2, the batch preset limit ≥ 1.
         for (field, value, minimum) in [
-            (
-                "prefill_max_new_token_samples",
-                s.prefill_max_new_token_samples,
-                2,
-            ),
+            ("prefill_max_new_token_samples", s.prefill_max_new_token_samples, 2),
             (
                 "prefill_max_kv_read_token_samples",
                 s.prefill_max_kv_read_token_samples,
@@ -219,23 +202,11 @@ impl GridConfig {
                 s.decode_max_kv_read_token_samples,
                 2,
             ),
-            (
-                "decode_max_batch_size_samples",
-                s.decode_max_batch_size_samples,
-                2,
-            ),
-            (
-                "prefix_max_batch_size_samples",
-                s.prefix_max_batch_size_samples,
-                1,
-            ),
+            ("decode_max_batch_size_samples", s.decode_max_batch_size_samples, 2),
+            ("prefix_max_batch_size_samples", s.prefix_max_batch_size_samples, 1),
         ] {
             if value < minimum {
-                problems.push(ConfigProblem::SampleLimitTooSmall {
-                    field,
-                    value,
-                    minimum,
-                });
+                problems.push(ConfigProblem::SampleLimitTooSmall { field, value, minimum });
             }
         }
         if self.max_batch_size == Some(0) {
@@ -244,9 +215,7 @@ impl GridConfig {
         // DECISION: Dynamo floors a zero hash block size at 1 and reads a zero block size as
         // "unset"; kvsim rejects both so a malformed scenario fails loudly (style R3/R10).
         if self.scheduler.block_size == 0 {
-            problems.push(ConfigProblem::ZeroBlockSize {
-                field: "block_size",
-            });
+            problems.push(ConfigProblem::ZeroBlockSize { field: "block_size" });
         }
         if self.scheduler.hash_block_size == 0 {
             problems.push(ConfigProblem::ZeroBlockSize {
@@ -299,11 +268,7 @@ pub struct ConfigError {
 }
 
 fn render_problems(problems: &[ConfigProblem]) -> String {
-    problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// One question to the block-need predictor: the arguments of `_bench_blocks_per_req` (§2.2)

@@ -99,10 +99,7 @@ mod tests {
         let caps = [8, 4, 2, 1, 4];
         assert_eq!(meta(1, &caps, 64), (Some(1), Some(0), vec![Capture]));
         // 2 is a capture and 1 is one too.
-        assert_eq!(
-            meta(2, &caps, 64),
-            (Some(2), Some(0), vec![Capture, PostCapture])
-        );
+        assert_eq!(meta(2, &caps, 64), (Some(2), Some(0), vec![Capture, PostCapture]));
         assert_eq!(meta(4, &caps, 64), (Some(4), Some(0), vec![Capture]));
         // 5 pads up to 8; 4 is a capture → post_capture.
         assert_eq!(meta(5, &caps, 64), (Some(8), Some(3), vec![PostCapture]));
@@ -117,31 +114,16 @@ mod tests {
             meta(9, &caps, 64),
             (None, None, vec![PostCapture, EagerTail, GeometricTail])
         );
-        assert_eq!(
-            meta(16, &caps, 64),
-            (None, None, vec![EagerTail, GeometricTail])
-        );
-        assert_eq!(
-            meta(64, &caps, 64),
-            (None, None, vec![EagerTail, EngineLimit])
-        );
+        assert_eq!(meta(16, &caps, 64), (None, None, vec![EagerTail, GeometricTail]));
+        assert_eq!(meta(64, &caps, 64), (None, None, vec![EagerTail, EngineLimit]));
         // A capture at the limit is a capture and the engine limit.
-        assert_eq!(
-            meta(8, &caps, 8),
-            (Some(8), Some(0), vec![Capture, EngineLimit])
-        );
+        assert_eq!(meta(8, &caps, 8), (Some(8), Some(0), vec![Capture, EngineLimit]));
     }
 
     #[test]
     fn disabled_graphs() {
-        assert_eq!(
-            meta(32, &[], 100),
-            (None, None, vec![CudagraphDisabled, GeometricAxis])
-        );
-        assert_eq!(
-            meta(100, &[0], 100),
-            (None, None, vec![CudagraphDisabled, EngineLimit])
-        );
+        assert_eq!(meta(32, &[], 100), (None, None, vec![CudagraphDisabled, GeometricAxis]));
+        assert_eq!(meta(100, &[0], 100), (None, None, vec![CudagraphDisabled, EngineLimit]));
     }
 
     #[test]

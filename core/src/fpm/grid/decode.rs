@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use super::axis::{
-    cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to, uniformly_limit_axis,
-    AxisError, PartitionError, PartitionShape,
+    cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to, uniformly_limit_axis, AxisError, PartitionError,
+    PartitionShape,
 };
 use super::config::{BlockNeed, BlockNeedQuery, GridConfig};
 use super::cudagraph::{cudagraph_metadata, expected_cudagraph_mode};
@@ -52,20 +52,14 @@ pub fn decode_feasible_max_batch_size(cfg: &GridConfig, need: &dyn BlockNeed) ->
 
 /// Per-request contexts of a decode point: balanced partition of the total, at least 1 each
 /// (§1.5 step 5).
-pub fn decode_context_lengths(
-    total_kv_read_tokens: u64,
-    batch_size: u64,
-) -> Result<Vec<u64>, PartitionError> {
+pub fn decode_context_lengths(total_kv_read_tokens: u64, batch_size: u64) -> Result<Vec<u64>, PartitionError> {
     PartitionShape::new(total_kv_read_tokens, batch_size, 1, 1).map(|shape| shape.to_vec())
 }
 
 /// The coordinate the steady step measures (§1.5 step 4): `Σ max(1, ctx_i − 1) + B` over the
 /// balanced contexts. Every request is admitted one token short, ctx = 1 entries are clamped to 1,
 /// so every total below 2B maps to 2B; totals ≥ 2B map to themselves.
-pub fn decode_steady_kv_tokens(
-    batch_size: u64,
-    total_kv_read_tokens: u64,
-) -> Result<u64, PartitionError> {
+pub fn decode_steady_kv_tokens(batch_size: u64, total_kv_read_tokens: u64) -> Result<u64, PartitionError> {
     let shape = PartitionShape::new(total_kv_read_tokens, batch_size, 1, 1)?;
     let admission: u64 = shape
         .runs()
@@ -144,11 +138,7 @@ pub fn decode_kv_read_points(cfg: &GridConfig, need: &dyn BlockNeed, batch_size:
         return Vec::new();
     }
     let mut presets = vec![batch_size, max_kv];
-    presets.extend(
-        powers_of_two_up_to(max_kv)
-            .into_iter()
-            .filter(|&v| v >= batch_size),
-    );
+    presets.extend(powers_of_two_up_to(max_kv).into_iter().filter(|&v| v >= batch_size));
     // Presets are ≥ B by construction, so the partition exists; a failure would be a kvsim bug.
     let steady: BTreeSet<u64> = presets
         .into_iter()
@@ -160,10 +150,7 @@ pub fn decode_kv_read_points(cfg: &GridConfig, need: &dyn BlockNeed, batch_size:
 /// The decode phase in execution order (§1.5): empty when `max_model_len < 3` or no batch fits;
 /// otherwise per batch of the limited CUDA-graph axis (ascending) its limited steady KV ladder
 /// (ascending), each re-checked for feasibility.
-pub fn generate_decode_grid(
-    cfg: &GridConfig,
-    need: &dyn BlockNeed,
-) -> Result<Vec<BenchmarkPoint>, AxisError> {
+pub fn generate_decode_grid(cfg: &GridConfig, need: &dyn BlockNeed) -> Result<Vec<BenchmarkPoint>, AxisError> {
     if cfg.capacity.max_model_len < 3 {
         return Ok(Vec::new());
     }
@@ -272,14 +259,8 @@ mod tests {
         // B=1: max(ctx,2)+2 ≤ 100 → ctx ≤ 98.
         assert!(decode_point_feasible(&cfg, &need, 1, 98));
         assert!(!decode_point_feasible(&cfg, &need, 1, 99));
-        assert!(
-            !decode_point_feasible(&cfg, &need, 5, 10),
-            "B above max_running"
-        );
-        assert!(
-            !decode_point_feasible(&cfg, &need, 4, 3),
-            "fewer tokens than requests"
-        );
+        assert!(!decode_point_feasible(&cfg, &need, 5, 10), "B above max_running");
+        assert!(!decode_point_feasible(&cfg, &need, 4, 3), "fewer tokens than requests");
         // Pool of 10 blocks, B=4: 126 → [32,32,31,31] → 3+3+2+2 = 10 fits; 127 → 11 does not.
         let mut tight = decode_config();
         tight.capacity.usable_blocks_with_watermark = 10;
@@ -287,10 +268,7 @@ mod tests {
         assert!(!decode_point_feasible(&tight, &need, 4, 127));
         assert_eq!(max_decode_kv_read_tokens(&tight, &need, 4), 126);
         // Presets {4, 4, 8, 16, 32, 64, 126} → steady {8, 8, 8, 16, 32, 64, 126}.
-        assert_eq!(
-            decode_kv_read_points(&tight, &need, 4),
-            vec![8, 16, 32, 64, 126]
-        );
+        assert_eq!(decode_kv_read_points(&tight, &need, 4), vec![8, 16, 32, 64, 126]);
     }
 
     #[test]
@@ -298,10 +276,7 @@ mod tests {
         let need = ceil_need(16);
         let cfg = decode_config();
         // B=1: max 98; presets {1,1,2,4,…,64,98} → steady 1→2, 2→2, 4→4, …
-        assert_eq!(
-            decode_kv_read_points(&cfg, &need, 1),
-            vec![2, 4, 8, 16, 32, 64, 98]
-        );
+        assert_eq!(decode_kv_read_points(&cfg, &need, 1), vec![2, 4, 8, 16, 32, 64, 98]);
         // B=3: max 294 ([98,98,98]); 3 → [1,1,1] → 6; 4 → [2,1,1] → 6; 8 → [3,3,2] → 8.
         assert_eq!(
             decode_kv_read_points(&cfg, &need, 3),
@@ -323,9 +298,7 @@ mod tests {
         assert_eq!(batches.into_iter().collect::<Vec<_>>(), vec![1, 2, 3, 4]);
         let b3: Vec<&BenchmarkPoint> = points.iter().filter(|p| p.batch_size == 3).collect();
         assert_eq!(
-            b3.iter()
-                .map(|p| p.total_kv_read_tokens)
-                .collect::<Vec<_>>(),
+            b3.iter().map(|p| p.total_kv_read_tokens).collect::<Vec<_>>(),
             vec![6, 8, 16, 32, 64, 128, 256, 294]
         );
         assert_eq!(b3[0].expected_capture_size, Some(4));
@@ -338,10 +311,7 @@ mod tests {
             vec![SampleReason::Capture, SampleReason::EngineLimit]
         );
         // Execution order: batch ascending, then KV ascending.
-        let order: Vec<(u64, u64)> = points
-            .iter()
-            .map(|p| (p.batch_size, p.total_kv_read_tokens))
-            .collect();
+        let order: Vec<(u64, u64)> = points.iter().map(|p| (p.batch_size, p.total_kv_read_tokens)).collect();
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(order, sorted);

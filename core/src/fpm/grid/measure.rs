@@ -28,15 +28,9 @@ pub struct DecodeAdmission {
 }
 
 /// Admission of a decode point with `batch_size` requests and `total_kv_read_tokens` (§1.10 step 2).
-pub fn decode_admission(
-    batch_size: u64,
-    total_kv_read_tokens: u64,
-) -> Result<DecodeAdmission, PartitionError> {
+pub fn decode_admission(batch_size: u64, total_kv_read_tokens: u64) -> Result<DecodeAdmission, PartitionError> {
     let contexts = PartitionShape::new(total_kv_read_tokens, batch_size, 1, 1)?.to_vec();
-    let injected: Vec<u64> = contexts
-        .iter()
-        .map(|&ctx| ctx.saturating_sub(1).max(1))
-        .collect();
+    let injected: Vec<u64> = contexts.iter().map(|&ctx| ctx.saturating_sub(1).max(1)).collect();
     let admission_kv_tokens: u64 = injected.iter().sum();
     let steady_kv_tokens = admission_kv_tokens + batch_size;
     Ok(DecodeAdmission {
@@ -106,13 +100,8 @@ pub struct DecodeStepPlan {
 /// `max(1, max_model_len − 1 − (max(injected) + 1))`; for fake points, if
 /// `Σ blocks_per_req(max(c, 2) + repeats)` over the injected lengths exceeds the usable blocks
 /// with watermark, back to 1. Real-KV points are clipped by model length only (§8.1 inv. 16).
-pub fn decode_step_plan(
-    input: DecodeStepInput<'_>,
-    policy: GiantKvPolicy,
-    need: &dyn BlockNeed,
-) -> DecodeStepPlan {
-    let repeated = input.kvwarm_enabled
-        && (input.kvwarm_real || input.total_kv_read_tokens >= policy.threshold_tokens);
+pub fn decode_step_plan(input: DecodeStepInput<'_>, policy: GiantKvPolicy, need: &dyn BlockNeed) -> DecodeStepPlan {
+    let repeated = input.kvwarm_enabled && (input.kvwarm_real || input.total_kv_read_tokens >= policy.threshold_tokens);
     if !repeated {
         return DecodeStepPlan {
             extra_steps: 1,
@@ -120,11 +109,7 @@ pub fn decode_step_plan(
         };
     }
     let max_ctx = input.injected_lengths.iter().copied().max().unwrap_or(0) + 1;
-    let model_room = input
-        .max_model_len
-        .saturating_sub(1)
-        .saturating_sub(max_ctx)
-        .max(1);
+    let model_room = input.max_model_len.saturating_sub(1).saturating_sub(max_ctx).max(1);
     let mut repeats = policy.effective_repeats().min(model_room);
     if !input.kvwarm_real {
         // DECISION: V-A prices the extra steps uncapped (`_bench_blocks_per_req` defaults); V-E's
@@ -146,9 +131,7 @@ pub fn decode_step_plan(
 }
 
 /// `benchmark_measurement.estimate.method` (§6.6).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EstimateMethod {
     SingleStep,
@@ -250,10 +233,7 @@ mod tests {
         assert_eq!(a.steady_kv_tokens, 128);
         assert!(!a.context_clamped);
         // §10.1 zero-request test: 48/3 → [15,15,15].
-        assert_eq!(
-            decode_admission(3, 48).unwrap().injected_lengths,
-            vec![15, 15, 15]
-        );
+        assert_eq!(decode_admission(3, 48).unwrap().injected_lengths, vec![15, 15, 15]);
     }
 
     #[test]
@@ -266,13 +246,7 @@ mod tests {
         assert!(decode_admission(4, 3).is_err());
     }
 
-    fn input(
-        real: bool,
-        total: u64,
-        injected: &[u64],
-        mml: u64,
-        usable: u64,
-    ) -> DecodeStepInput<'_> {
+    fn input(real: bool, total: u64, injected: &[u64], mml: u64, usable: u64) -> DecodeStepInput<'_> {
         DecodeStepInput {
             kvwarm_enabled: true,
             kvwarm_real: real,
@@ -315,11 +289,7 @@ mod tests {
         );
         // Fake at exactly the threshold repeats too (≥).
         assert_eq!(
-            decode_step_plan(
-                input(false, 1_000_000, &[63, 63], 1000, 1000),
-                policy,
-                &need
-            ),
+            decode_step_plan(input(false, 1_000_000, &[63, 63], 1000, 1000), policy, &need),
             three
         );
         let zero_repeats = GiantKvPolicy {
@@ -422,14 +392,8 @@ mod tests {
         assert_eq!(r.raw_sample_indices(), vec![1]);
         assert_eq!(r.method(), EstimateMethod::LastStep);
         // Admission only: kept as arrived.
-        assert_eq!(
-            select_retained(2, &[0.9]),
-            RetainedFpm::AsArrived { count: 1 }
-        );
-        assert_eq!(
-            select_retained(4, &[0.9]),
-            RetainedFpm::AsArrived { count: 1 }
-        );
+        assert_eq!(select_retained(2, &[0.9]), RetainedFpm::AsArrived { count: 1 });
+        assert_eq!(select_retained(4, &[0.9]), RetainedFpm::AsArrived { count: 1 });
         let prefill = select_retained(1, &[0.7]);
         assert_eq!(prefill.method(), EstimateMethod::SingleStep);
         assert_eq!(prefill.raw_sample_indices(), vec![0]);

@@ -46,10 +46,7 @@ pub struct GeneratedPhases {
 }
 
 /// Generate the phases `cfg.mode` selects (§1.7 step 2), after validating the config.
-pub fn generate_phases(
-    cfg: &GridConfig,
-    need: &dyn BlockNeed,
-) -> Result<GeneratedPhases, GridError> {
+pub fn generate_phases(cfg: &GridConfig, need: &dyn BlockNeed) -> Result<GeneratedPhases, GridError> {
     cfg.validate()?;
     let mut phases = GeneratedPhases {
         prefill: Vec::new(),
@@ -118,9 +115,7 @@ pub fn assemble_phases(phases: &GeneratedPhases) -> Vec<GridEntry> {
         .map(|point| {
             let coordinate = point.coordinate();
             let eager_warmup = point.is_eager_warmup();
-            let counter = occurrences
-                .entry((coordinate.clone(), eager_warmup))
-                .or_insert(0);
+            let counter = occurrences.entry((coordinate.clone(), eager_warmup)).or_insert(0);
             let key = PointKey {
                 coordinate,
                 eager_warmup,
@@ -139,10 +134,7 @@ pub fn assemble_phases(phases: &GeneratedPhases) -> Vec<GridEntry> {
 /// Number the grid in its final execution order (§1.7 step 5): real points get `benchmark_id`
 /// 1..N in order, eager replicas N+1, N+2, … in order. Returns N, the expected point count.
 pub fn number_points(entries: &mut [GridEntry]) -> u64 {
-    let expected_points = entries
-        .iter()
-        .filter(|e| !e.point.is_eager_warmup())
-        .count() as u64;
+    let expected_points = entries.iter().filter(|e| !e.point.is_eager_warmup()).count() as u64;
     let mut real_id = 0;
     let mut replica_id = expected_points;
     for entry in entries.iter_mut() {
@@ -173,9 +165,7 @@ pub fn canonical_json(value: &serde_json::Value) -> String {
                 }
                 serde_json::Value::Object(out)
             }
-            serde_json::Value::Array(items) => {
-                serde_json::Value::Array(items.iter().map(sorted).collect())
-            }
+            serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(sorted).collect()),
             other => other.clone(),
         }
     }
@@ -235,9 +225,7 @@ impl Grid {
 
     /// The entry with this public id.
     pub fn by_benchmark_id(&self, benchmark_id: u64) -> Option<&GridEntry> {
-        self.entries
-            .iter()
-            .find(|e| e.point.benchmark_id == benchmark_id)
+        self.entries.iter().find(|e| e.point.benchmark_id == benchmark_id)
     }
 
     /// Public id of every key (rebuild after any renumbering).
@@ -317,10 +305,7 @@ mod tests {
         assert_eq!(ids[46], 59);
         assert_eq!(&ids[47..], &(43..=54).collect::<Vec<u64>>()[..]);
         // Replicas carry only the eager_warmup reason.
-        assert_eq!(
-            grid.entries[46].point.sample_reasons,
-            vec![SampleReason::EagerWarmup]
-        );
+        assert_eq!(grid.entries[46].point.sample_reasons, vec![SampleReason::EagerWarmup]);
     }
 
     #[test]
@@ -332,12 +317,7 @@ mod tests {
         assert_eq!(replicas.len(), 1);
         assert_eq!(replicas[0].batch_size, 2);
         assert_eq!(replicas[0].expected_capture_size, None);
-        let all: Vec<BenchmarkPoint> = phases
-            .prefill
-            .iter()
-            .chain(phases.decode.iter())
-            .cloned()
-            .collect();
+        let all: Vec<BenchmarkPoint> = phases.prefill.iter().chain(phases.decode.iter()).cloned().collect();
         let replicas = eager_warmup_points(&all);
         let shapes: Vec<(PointType, u64)> = replicas
             .iter()
@@ -371,8 +351,7 @@ mod tests {
             .position(|e| e.point.point_type == PointType::Decode)
             .unwrap();
         let decode = entries.split_off(first_decode);
-        let (mut pinned, mut sortable): (Vec<_>, Vec<_>) =
-            decode.into_iter().partition(|e| e.point.is_eager_warmup());
+        let (mut pinned, mut sortable): (Vec<_>, Vec<_>) = decode.into_iter().partition(|e| e.point.is_eager_warmup());
         sortable.sort_by_key(|e| {
             (
                 std::cmp::Reverse(e.point.batch_size),
@@ -383,10 +362,7 @@ mod tests {
         entries.append(&mut sortable);
         let reordered = Grid::finalize(entries, phases.missing_phases.clone());
         assert_eq!(reordered.expected_points, original.expected_points);
-        assert_ne!(
-            reordered.digest, original.digest,
-            "digest covers execution order"
-        );
+        assert_ne!(reordered.digest, original.digest, "digest covers execution order");
         // Ids still follow execution order.
         let real: Vec<u64> = reordered
             .entries
@@ -398,10 +374,7 @@ mod tests {
         // The first decode real point is now (B=2, KV=124) with id 43; in the original grid the
         // same key had id 54. Every key still finds the same coordinate.
         let moved = &reordered.entries[47];
-        assert_eq!(
-            (moved.point.batch_size, moved.point.total_kv_read_tokens),
-            (2, 124)
-        );
+        assert_eq!((moved.point.batch_size, moved.point.total_kv_read_tokens), (2, 124));
         assert_eq!(moved.point.benchmark_id, 43);
         assert_eq!(original.find(&moved.key).unwrap().point.benchmark_id, 54);
         for entry in &original.entries {
@@ -444,15 +417,9 @@ mod tests {
         cfg.capacity.max_num_scheduled_tokens = 0;
         let grid = build_grid(&cfg, &need).unwrap();
         // No prefill (no tokens) and no decode (feasible max batch is min(…, 0 tokens) = 0).
-        assert_eq!(
-            grid.missing_phases,
-            vec![PointType::Prefill, PointType::Decode]
-        );
+        assert_eq!(grid.missing_phases, vec![PointType::Prefill, PointType::Decode]);
         let grid = build_grid(&small_config(BenchmarkMode::Prefill), &need).unwrap();
-        assert!(grid
-            .entries
-            .iter()
-            .all(|e| e.point.point_type == PointType::Prefill));
+        assert!(grid.entries.iter().all(|e| e.point.point_type == PointType::Prefill));
         assert_eq!(grid.expected_points, 42);
     }
 
@@ -460,10 +427,7 @@ mod tests {
     fn invalid_config_is_refused() {
         let mut cfg = small_config(BenchmarkMode::Agg);
         cfg.samples.decode_max_batch_size_samples = 1;
-        assert!(matches!(
-            build_grid(&cfg, &ceil_need(4)),
-            Err(GridError::Config(_))
-        ));
+        assert!(matches!(build_grid(&cfg, &ceil_need(4)), Err(GridError::Config(_))));
     }
 
     #[test]
@@ -502,10 +466,7 @@ mod tests {
         assert_eq!(a.digest, b.digest);
         assert_eq!(a.digest.len(), 32);
         let mut entries = a.entries.clone();
-        entries[10]
-            .point
-            .sample_reasons
-            .push(SampleReason::Explicit);
+        entries[10].point.sample_reasons.push(SampleReason::Explicit);
         assert_ne!(grid_digest(&entries), a.digest);
         let mut entries = a.entries.clone();
         entries[10].point.benchmark_id += 100;

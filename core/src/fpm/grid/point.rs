@@ -9,9 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `point_type` (dynamo_fpm.md §6.1): `"prefill"` or `"decode"`. Also names a missing phase.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PointType {
     Prefill,
@@ -31,9 +29,7 @@ impl PointType {
 /// One `sample_reasons` entry; the full vocabulary of dynamo_fpm.md §5.4, wire names in
 /// snake_case. The grid itself only emits the cudagraph reasons and `eager_warmup`; the rest are
 /// stamped at run time by the measurement (§1.9–§1.10) or come from manifests (§1.5).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SampleReason {
     Explicit,
@@ -100,9 +96,7 @@ impl BenchmarkPoint {
 /// What a point measures: the fields aisimulate hashes into its `point_key` (dynamo_fpm.md §5.5:
 /// point_type, batch_size, total_prefill_tokens, total_kv_read_tokens, partition, rows), with
 /// `partition` held as canonical JSON so the coordinate is totally ordered.
-#[derive(
-    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PointCoordinate {
     pub point_type: PointType,
@@ -122,9 +116,7 @@ pub struct PointCoordinate {
 /// renumbering" and that replicas and repeated coordinates each get their own requests; a
 /// positional ordinal would be equally stable but would change for every later point if one point
 /// were dropped before assembly, while this key does not. `benchmark_id` is deliberately absent.
-#[derive(
-    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PointKey {
     pub coordinate: PointCoordinate,
@@ -190,10 +182,7 @@ mod tests {
         ];
         for name in names {
             let reason: SampleReason = serde_json::from_value(serde_json::json!(name)).unwrap();
-            assert_eq!(
-                serde_json::to_value(reason).unwrap(),
-                serde_json::json!(name)
-            );
+            assert_eq!(serde_json::to_value(reason).unwrap(), serde_json::json!(name));
         }
     }
 

@@ -9,8 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::axis::{
-    cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to, uniformly_limit_axis,
-    AxisError, PartitionShape,
+    cudagraph_axis_points, limit_cudagraph_axis, powers_of_two_up_to, uniformly_limit_axis, AxisError, PartitionShape,
 };
 use super::config::{BlockNeed, BlockNeedQuery, GridConfig};
 use super::cudagraph::{cudagraph_metadata, expected_cudagraph_mode};
@@ -30,10 +29,7 @@ fn request_runs(new: &PartitionShape, kv: Option<&PartitionShape>) -> Vec<Reques
     let count = new.count;
     let mut cuts: BTreeSet<u64> = [0, new.high_slots, count].into_iter().collect();
     if let Some(kv) = kv {
-        assert_eq!(
-            kv.count, count,
-            "prefill partitions must have the same batch"
-        );
+        assert_eq!(kv.count, count, "prefill partitions must have the same batch");
         cuts.insert(kv.high_slots);
     }
     let cuts: Vec<u64> = cuts.into_iter().collect();
@@ -74,9 +70,7 @@ pub fn prefill_scheduled_tokens_per_req(cfg: &GridConfig, isl: u64, kv_read_toke
         let computed_after_schedule = kv_read_tokens + scheduled;
         if computed_after_schedule < last_cache_position {
             scheduled = scheduled / block * block;
-        } else if kv_read_tokens < last_cache_position
-            && last_cache_position < computed_after_schedule
-        {
+        } else if kv_read_tokens < last_cache_position && last_cache_position < computed_after_schedule {
             scheduled = last_cache_position - kv_read_tokens;
         }
     }
@@ -109,23 +103,14 @@ pub fn prefill_point_feasible(
     let kv = if total_kv_read_tokens == 0 {
         None
     } else {
-        match PartitionShape::new(
-            total_kv_read_tokens,
-            batch_size,
-            cfg.scheduler.hash_unit(),
-            1,
-        ) {
+        match PartitionShape::new(total_kv_read_tokens, batch_size, cfg.scheduler.hash_unit(), 1) {
             Ok(shape) => Some(shape),
             Err(_) => return false,
         }
     };
     let runs = request_runs(&new, kv.as_ref());
     let drop_tokens = cfg.scheduler.eagle_cache_drop_tokens;
-    if drop_tokens > 0
-        && runs
-            .iter()
-            .any(|r| r.kv_read_tokens > 0 && r.new_tokens <= drop_tokens)
-    {
+    if drop_tokens > 0 && runs.iter().any(|r| r.kv_read_tokens > 0 && r.new_tokens <= drop_tokens) {
         return false;
     }
     let max_model_len = cap.max_model_len;
@@ -248,17 +233,12 @@ pub fn prefill_kv_read_points(
         return Ok(vec![0]);
     }
     let hash_unit = cfg.scheduler.hash_unit();
-    let max_blocks =
-        max_prefill_kv_read_tokens(cfg, need, total_prefill_tokens, batch_size) / hash_unit;
+    let max_blocks = max_prefill_kv_read_tokens(cfg, need, total_prefill_tokens, batch_size) / hash_unit;
     if max_blocks < batch_size {
         return Ok(vec![0]);
     }
     let mut presets: BTreeSet<u64> = [0, batch_size, max_blocks].into_iter().collect();
-    presets.extend(
-        powers_of_two_up_to(max_blocks)
-            .into_iter()
-            .filter(|&b| b >= batch_size),
-    );
+    presets.extend(powers_of_two_up_to(max_blocks).into_iter().filter(|&b| b >= batch_size));
     let points: Vec<u64> = presets.into_iter().map(|b| b * hash_unit).collect();
     uniformly_limit_axis(&points, cfg.samples.prefill_max_kv_read_token_samples)
 }
@@ -277,10 +257,7 @@ pub fn prefill_new_token_axis(cfg: &GridConfig) -> Result<Vec<u64>, AxisError> {
 /// The prefill phase in execution order (§1.4): empty when `max_num_scheduled_tokens < 1`;
 /// otherwise every feasible (T, B, KV) with cudagraph metadata keyed by T, generated with
 /// ascending axes and returned **reversed** (largest coordinates first, step 6).
-pub fn generate_prefill_grid(
-    cfg: &GridConfig,
-    need: &dyn BlockNeed,
-) -> Result<Vec<BenchmarkPoint>, AxisError> {
+pub fn generate_prefill_grid(cfg: &GridConfig, need: &dyn BlockNeed) -> Result<Vec<BenchmarkPoint>, AxisError> {
     let max_tokens = cfg.capacity.max_num_scheduled_tokens;
     if max_tokens < 1 {
         return Ok(Vec::new());
@@ -548,9 +525,7 @@ mod tests {
     fn no_scheduled_tokens_means_no_prefill_phase() {
         let mut cfg = small_config(BenchmarkMode::Prefill);
         cfg.capacity.max_num_scheduled_tokens = 0;
-        assert!(generate_prefill_grid(&cfg, &ceil_need(4))
-            .unwrap()
-            .is_empty());
+        assert!(generate_prefill_grid(&cfg, &ceil_need(4)).unwrap().is_empty());
     }
 
     proptest! {

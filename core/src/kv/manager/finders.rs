@@ -32,7 +32,10 @@ pub fn find_longest_cache_hit(
     alignment: u64,
 ) -> (Vec<Vec<u32>>, u64) {
     let bs = spec.block_size;
-    let view = HashView { hashes, scale: (bs / hash_block_size) as usize };
+    let view = HashView {
+        hashes,
+        scale: (bs / hash_block_size) as usize,
+    };
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); groups.len()];
     let max_blocks = ((max_length / bs) as usize).min(view.len());
     let push = |out: &mut Vec<Vec<u32>>, blocks: Vec<u32>| {
@@ -65,7 +68,7 @@ pub fn find_longest_cache_hit(
                 match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
                     Some(b) => {
                         // A run's right edge must be aligned for a hybrid hit.
-                        if run == 0 && bs != alignment && ((i as u64 + 1) * bs) % alignment != 0 {
+                        if run == 0 && bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                             continue;
                         }
                         for (list, blk) in out.iter_mut().zip(b) {
@@ -83,7 +86,7 @@ pub fn find_longest_cache_hit(
             }
             if !found {
                 out.iter_mut().for_each(|l| l.truncate(run));
-                while bs != alignment && (out[0].len() as u64 * bs) % alignment != 0 {
+                while bs != alignment && !(out[0].len() as u64 * bs).is_multiple_of(alignment) {
                     out.iter_mut().for_each(|l| {
                         l.pop();
                     });
@@ -94,7 +97,11 @@ pub fn find_longest_cache_hit(
         }
         GroupKind::ChunkedLocal { attention_chunk_size } => {
             // Everything left of the current chunk is a null "hit", even on an empty cache.
-            let start_tok = if max_length > 0 { max_length / attention_chunk_size * attention_chunk_size } else { 0 };
+            let start_tok = if max_length > 0 {
+                max_length / attention_chunk_size * attention_chunk_size
+            } else {
+                0
+            };
             let start_blk = (start_tok / bs) as usize;
             let max_blocks = (max_length / bs) as usize;
             out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; start_blk]);
@@ -111,7 +118,7 @@ pub fn find_longest_cache_hit(
             // The last matching state suffices: scan right to left.
             for i in (0..max_blocks).rev() {
                 if let Some(b) = view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
-                    if bs != alignment && ((i as u64 + 1) * bs) % alignment != 0 {
+                    if bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                         continue;
                     }
                     for (list, blk) in out.iter_mut().zip(b) {

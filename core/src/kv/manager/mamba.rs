@@ -83,7 +83,9 @@ impl GroupManager {
 
     /// Retire the previous state block once the running state has moved past it.
     pub(super) fn mamba_retire_last_state(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
-        let Some(&idx) = self.last_state_idx.get(&req) else { return };
+        let Some(&idx) = self.last_state_idx.get(&req) else {
+            return;
+        };
         if (idx as i64) < cdiv(processed as i64, self.bs()) - 1 {
             let table = self.tables.entry(req).or_default();
             if table[idx] != NULL_BLOCK {

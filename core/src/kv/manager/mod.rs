@@ -59,7 +59,12 @@ impl GroupManager {
     }
 
     pub(crate) fn is_mamba_align(&self) -> bool {
-        matches!(self.spec.kind, GroupKind::Mamba { mamba_cache_mode: MambaMode::Align })
+        matches!(
+            self.spec.kind,
+            GroupKind::Mamba {
+                mamba_cache_mode: MambaMode::Align
+            }
+        )
     }
 
     /// The request's whole table for this group (nulls included); empty if unknown.
@@ -83,7 +88,9 @@ impl GroupManager {
     }
 
     fn evictable(pool: &BlockPool, hits: &[u32]) -> i64 {
-        hits.iter().filter(|&&b| b != NULL_BLOCK && pool.ref_cnt(b) == 0).count() as i64
+        hits.iter()
+            .filter(|&&b| b != NULL_BLOCK && pool.ref_cnt(b) == 0)
+            .count() as i64
     }
 
     /// `get_num_blocks_to_allocate` (§3.2, Mamba §3.6). May be negative for Mamba.
@@ -101,7 +108,10 @@ impl GroupManager {
         if let GroupKind::Mamba { mamba_cache_mode } = self.spec.kind {
             // The "cached this step" sentinel forces allocate_slots to refuse.
             if let Some(&last) = hits.last() {
-                if pool.block_hash(last).is_some_and(|t| self.cached_this_step.contains(&t.key)) {
+                if pool
+                    .block_hash(last)
+                    .is_some_and(|t| self.cached_this_step.contains(&t.key))
+                {
                     return pool.num_blocks() as i64 + 1;
                 }
             }
@@ -129,8 +139,18 @@ impl GroupManager {
     }
 
     /// `add_local_computed_blocks`: adopt hits (first allocation only).
-    pub fn add_local_computed_blocks(&mut self, pool: &mut BlockPool, req: ReqId, hits: &[u32], num_local_computed: u64) {
-        let skipped = self.spec.kind.skipped_tokens(num_local_computed as i64).div_euclid(self.bs());
+    pub fn add_local_computed_blocks(
+        &mut self,
+        pool: &mut BlockPool,
+        req: ReqId,
+        hits: &[u32],
+        num_local_computed: u64,
+    ) {
+        let skipped = self
+            .spec
+            .kind
+            .skipped_tokens(num_local_computed as i64)
+            .div_euclid(self.bs());
         let skipped = skipped.max(0) as usize;
         let kept = hits.get(skipped..).unwrap_or(&[]);
         if self.enable_caching {
@@ -190,7 +210,10 @@ impl GroupManager {
                 }
                 // The coarse view: element i is the last fine hash inside block i (§2.6).
                 let hash = request.block_hashes[(i + 1) * scale - 1];
-                let key = BlockKey { hash, group: self.group_id };
+                let key = BlockKey {
+                    hash,
+                    group: self.group_id,
+                };
                 pool.cache_full_block(key, blk, (i as u64 + 1) * bs)?;
             }
             self.num_cached.insert(req, full);
@@ -218,14 +241,21 @@ impl GroupManager {
     fn cache_partial_tail_block(&self, pool: &mut BlockPool, request: &Request, num_tokens: u64, hbs: u64) {
         let limit = request.num_prompt_tokens.saturating_sub(1);
         let boundary = (limit / hbs).min(request.block_hashes.len() as u64) * hbs;
-        if boundary == 0 || boundary > num_tokens || boundary % self.spec.block_size == 0 {
+        if boundary == 0 || boundary > num_tokens || boundary.is_multiple_of(self.spec.block_size) {
             return;
         }
         let table = self.table(request.id);
         let idx = (boundary / self.spec.block_size) as usize;
         let Some(&blk) = table.get(idx) else { return };
         let hash = request.block_hashes[(boundary / hbs) as usize - 1];
-        pool.cache_partial_block(BlockKey { hash, group: self.group_id }, blk, boundary);
+        pool.cache_partial_block(
+            BlockKey {
+                hash,
+                group: self.group_id,
+            },
+            blk,
+            boundary,
+        );
     }
 
     /// `reachable_block_mask`: with a hybrid alignment above the block size, only the

@@ -1,0 +1,409 @@
+//! The bandwidth benchmark: paged decode attention over large, scattered block tables against a
+//! device-to-device copy measured in the same run. Every timed launch is also verified.
+//!
+//! Bytes counted for attention: the K/V (or latent) bytes of the attended positions, each read
+//! once; tables, tags and partial results are not counted. Bytes counted for the copy: bytes
+//! read plus bytes written.
+
+use crate::content::fmix32;
+use crate::error::GpuError;
+use crate::executor::{ExecOptions, ExecutorOptions, GpuExecutor};
+use crate::ids::{BlockId, GroupId, ReqId};
+use crate::layout::{DeviceLayout, GroupKind, GroupLayout};
+use crate::program::{DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, PrefillOp};
+use crate::reference::{decode_attention, rel_error};
+
+/// One benchmark shape: one group, `batch` requests of `ctx_tokens` positions each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub name: &'static str,
+    pub kind: GroupKind,
+    pub batch: u32,
+    pub ctx_tokens: u32,
+    pub layers: u32,
+    pub kv_heads: u32,
+    pub q_heads: u32,
+    pub head_dim: u32,
+    pub block_size_tokens: u32,
+}
+
+/// Goal of the issue: decode attention at >= 85% of the measured copy bandwidth.
+pub const GOAL_FRACTION: f64 = 0.85;
+/// Bytes of the copy buffer (read and written once each per copy).
+pub const COPY_BYTES: usize = 1 << 31;
+
+/// The shapes the table reports (all at >= 4K attended tokens and batch >= 32).
+pub fn shapes() -> Vec<Shape> {
+    let base = Shape {
+        name: "",
+        kind: GroupKind::Full,
+        batch: 32,
+        ctx_tokens: 4096,
+        layers: 1,
+        kv_heads: 8,
+        q_heads: 32,
+        head_dim: 128,
+        block_size_tokens: 16,
+    };
+    vec![
+        Shape {
+            name: "full-gqa4",
+            ..base.clone()
+        },
+        Shape {
+            name: "full-gqa8",
+            q_heads: 64,
+            ..base.clone()
+        },
+        Shape {
+            name: "full-gqa4-b64-8k",
+            batch: 64,
+            ctx_tokens: 8192,
+            ..base.clone()
+        },
+        Shape {
+            name: "full-mha",
+            kv_heads: 32,
+            ..base.clone()
+        },
+        Shape {
+            name: "full-gqa4-bs64",
+            block_size_tokens: 64,
+            ..base.clone()
+        },
+        Shape {
+            name: "swa4k-at-16k",
+            kind: GroupKind::SlidingWindow { window_tokens: 4096 },
+            ctx_tokens: 16384,
+            ..base.clone()
+        },
+        Shape {
+            name: "chunk8k-at-12k",
+            kind: GroupKind::ChunkedLocal { chunk_tokens: 8192 },
+            ctx_tokens: 12288,
+            ..base.clone()
+        },
+        Shape {
+            name: "mla-576-h16",
+            kind: GroupKind::Mla,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
+            ..base
+        },
+    ]
+}
+
+impl Shape {
+    fn group(&self, blocks_total: u32) -> GroupLayout {
+        GroupLayout {
+            kind: self.kind,
+            block_size_tokens: self.block_size_tokens,
+            layers: self.layers,
+            kv_heads: self.kv_heads,
+            q_heads: self.q_heads,
+            head_dim: self.head_dim,
+            blocks_total,
+        }
+    }
+
+    /// First table entry a request keeps (entries before it are the null block).
+    fn first_kept_block(&self) -> u32 {
+        self.kind.attend_range(self.ctx_tokens).start / self.block_size_tokens
+    }
+
+    /// Blocks each request holds.
+    pub fn blocks_per_seq(&self) -> u32 {
+        self.ctx_tokens.div_ceil(self.block_size_tokens) - self.first_kept_block()
+    }
+
+    /// Positions each decode attends to.
+    pub fn attended_tokens(&self) -> u32 {
+        let r = self.kind.attend_range(self.ctx_tokens);
+        r.end - r.start
+    }
+
+    /// The one-group layout: the null block plus every request's blocks.
+    pub fn layout(&self) -> DeviceLayout {
+        DeviceLayout {
+            groups: vec![self.group(1 + self.batch * self.blocks_per_seq())],
+            moe: None,
+        }
+    }
+
+    /// The fill program (a prefill of every kept position of every request) and the decode op,
+    /// with block ids shuffled over the pool so that tables are really paged.
+    pub fn programs(&self, seed: u32) -> (GpuProgram, DecodeOp) {
+        let layout = self.layout();
+        let total = layout.groups[0].blocks_total;
+        let mut ids: Vec<u32> = (1..total).collect();
+        for i in (1..ids.len()).rev() {
+            let j = (fmix32(seed ^ fmix32(i as u32)) as usize) % (i + 1);
+            ids.swap(i, j);
+        }
+        let (first, per_seq) = (self.first_kept_block(), self.blocks_per_seq());
+        let mut fill = Vec::new();
+        let mut seqs = Vec::new();
+        for r in 0..self.batch {
+            let mut table = vec![BlockId::NULL; first as usize];
+            table.extend(
+                ids[(r * per_seq) as usize..((r + 1) * per_seq) as usize]
+                    .iter()
+                    .map(|&b| BlockId(b)),
+            );
+            let tokens: Vec<u32> = (0..self.ctx_tokens)
+                .map(|p| fmix32(seed.wrapping_add(r) ^ fmix32(p)) % 128_000)
+                .collect();
+            let start = first * self.block_size_tokens;
+            fill.push(GpuOp::Prefill(PrefillOp {
+                req: ReqId(r),
+                group: GroupId(0),
+                start_pos: start,
+                tokens: tokens[start as usize..].to_vec(),
+                block_table: table.clone(),
+            }));
+            seqs.push(DecodeSeq {
+                req: ReqId(r),
+                tokens,
+                tables: vec![GroupTable {
+                    group: GroupId(0),
+                    blocks: table,
+                }],
+            });
+        }
+        (
+            GpuProgram {
+                layout,
+                steps: vec![GpuStep { ops: fill }],
+            },
+            DecodeOp { seqs },
+        )
+    }
+}
+
+/// Build variants of the decode kernel the benchmark compares: (name, extra defines).
+pub const VARIANTS: [(&str, &str); 2] = [("l2-256", ""), ("plain", "#define KV_PLAIN\n")];
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct BandwidthRow {
+    pub shape: Shape,
+    pub variant: &'static str,
+    pub split_tokens: u32,
+    pub nsplit: u32,
+    pub kv_bytes: u64,
+    pub median_us: f64,
+    pub gbps: f64,
+    pub copy_gbps: f64,
+    pub violations: usize,
+    pub rows_verified: u64,
+    /// Relative error of request 0's output against the f64 reference (heuristic split only).
+    pub ref_rel_err: Option<f64>,
+}
+
+impl BandwidthRow {
+    /// Attention bandwidth over copy bandwidth.
+    pub fn fraction(&self) -> f64 {
+        if self.copy_gbps > 0.0 {
+            self.gbps / self.copy_gbps
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Runs every shape, each with every build variant and with the heuristic split and forced
+/// ones, with a copy measured in the same executor right after the fill. `log` receives
+/// progress lines.
+pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<BandwidthRow>, GpuError> {
+    let (warmup, iters) = if quick { (2, 5) } else { (5, 30) };
+    let mut rows: Vec<BandwidthRow> = Vec::new();
+    for shape in shapes() {
+        for (variant, defines) in VARIANTS {
+            if shape.kind == GroupKind::Mla && !defines.is_empty() {
+                continue; // the latent kernel has no variants
+            }
+            let options = ExecutorOptions {
+                attn_defines: defines.to_string(),
+            };
+            let mut exec = GpuExecutor::with_options(shape.layout(), &options)?;
+            for k in exec.kernel_resources()?.iter().filter(|k| k.name.starts_with("attn_")) {
+                log(format!(
+                    "kernel {} [{variant}]: {} regs, {} B local (spill), {} B shared",
+                    k.name, k.regs, k.local_bytes, k.shared_bytes
+                ));
+            }
+            let (fill, decode) = shape.programs(seed);
+            let report = exec.execute(&fill, &ExecOptions::default())?;
+            log(format!(
+                "{} [{variant}]: pool {:.2} GB filled in {:.1} ms",
+                shape.name,
+                shape.layout().pool_bytes() as f64 / 1e9,
+                report.steps.iter().map(|s| s.device_ms).sum::<f32>()
+            ));
+            let copy = exec.bench_copy(COPY_BYTES, 3, if quick { 5 } else { 20 })?;
+            let mut seen = Vec::new();
+            for split in [None, Some(2048), Some(4096)] {
+                let opts = ExecOptions {
+                    seed: u64::from(seed),
+                    reset_pools: false,
+                    split_tokens: split,
+                    keep_outputs: split.is_none(),
+                };
+                let r = exec.bench_decode(&decode, warmup, iters, &opts)?;
+                let plan = r.splits[0];
+                if seen.contains(&plan) {
+                    continue;
+                }
+                seen.push(plan);
+                for v in &r.violations {
+                    log(format!("  VIOLATION {v}"));
+                }
+                let ref_rel_err = r.outputs.first().map(|o| {
+                    let g = &shape.layout().groups[0];
+                    rel_error(&o.out, &decode_attention(g, &decode.seqs[0].tokens, &o.q_bits))
+                });
+                let row = BandwidthRow {
+                    ref_rel_err,
+                    shape: shape.clone(),
+                    variant,
+                    split_tokens: plan.split_tokens,
+                    nsplit: plan.nsplit,
+                    kv_bytes: r.kv_bytes,
+                    median_us: f64::from(r.median_ms) * 1e3,
+                    gbps: r.kv_bytes as f64 / (f64::from(r.median_ms) * 1e-3) / 1e9,
+                    copy_gbps: copy.gbps(),
+                    violations: r.violations.len(),
+                    rows_verified: r.rows_verified,
+                };
+                log(format!(
+                    "  {} split {:>5} x{:<3} {:>9.1} us {:>7.1} GB/s = {:>5.1}% of copy {:.1} GB/s (min {:.1} max {:.1} us), {} rows verified",
+                    if split.is_none() { "auto  " } else { "forced" },
+                    row.split_tokens,
+                    row.nsplit,
+                    row.median_us,
+                    row.gbps,
+                    100.0 * row.fraction(),
+                    row.copy_gbps,
+                    r.times_ms.iter().copied().fold(f32::INFINITY, f32::min) * 1e3,
+                    r.times_ms.iter().copied().fold(0.0, f32::max) * 1e3,
+                    row.rows_verified
+                ));
+                if let Some(e) = row.ref_rel_err {
+                    log(format!("    request 0 vs f64 reference: rel err {e:.2e}"));
+                }
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The table in Markdown.
+pub fn markdown(rows: &[BandwidthRow]) -> String {
+    let mut s = String::from(
+        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | verified | ref err |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let sh = &r.shape;
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {} | {} |\n",
+            sh.name,
+            sh.kind.name(),
+            sh.batch,
+            sh.ctx_tokens,
+            sh.attended_tokens(),
+            sh.kv_heads,
+            sh.q_heads,
+            sh.head_dim,
+            sh.block_size_tokens,
+            r.variant,
+            r.split_tokens,
+            r.nsplit,
+            r.kv_bytes as f64 / 1e6,
+            r.median_us,
+            r.gbps,
+            r.copy_gbps,
+            100.0 * r.fraction(),
+            if r.violations == 0 { "ok".to_string() } else { format!("{} violations", r.violations) },
+            r.ref_rel_err.map_or("-".to_string(), |e| format!("{e:.1e}")),
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_meet_the_issue_minimums() {
+        for s in shapes() {
+            assert!(s.batch >= 32, "{}", s.name);
+            assert!(s.attended_tokens() >= 4096, "{}", s.name);
+            assert!(
+                s.layout().problems().is_empty(),
+                "{}: {:?}",
+                s.name,
+                s.layout().problems()
+            );
+        }
+    }
+
+    #[test]
+    fn programs_are_valid_and_paged() {
+        let s = Shape {
+            batch: 3,
+            ctx_tokens: 100,
+            ..shapes()[5].clone()
+        }; // window 4096 > ctx
+        let (fill, decode) = s.programs(1);
+        assert!(fill.problems().is_empty(), "{:?}", fill.problems());
+        assert_eq!(decode.seqs.len(), 3);
+        let sw = Shape {
+            batch: 2,
+            ctx_tokens: 5000,
+            kind: GroupKind::SlidingWindow { window_tokens: 1000 },
+            ..shapes()[0].clone()
+        };
+        let (fill, decode) = sw.programs(2);
+        assert!(fill.problems().is_empty());
+        let t = &decode.seqs[0].tables[0].blocks;
+        // lo = 4000 -> first kept block 250; 313 blocks in the table.
+        assert_eq!(t.len(), 313);
+        assert!(t[..250].iter().all(|b| b.is_null()));
+        assert!(t[250..].iter().all(|b| !b.is_null()));
+        let all: std::collections::BTreeSet<_> = decode
+            .seqs
+            .iter()
+            .flat_map(|s| s.tables[0].blocks.iter().filter(|b| !b.is_null()))
+            .collect();
+        assert_eq!(
+            all.len() as u32,
+            2 * sw.blocks_per_seq(),
+            "no block shared between requests"
+        );
+    }
+
+    #[test]
+    fn markdown_has_one_line_per_row() {
+        let row = BandwidthRow {
+            shape: shapes()[0].clone(),
+            variant: "base",
+            split_tokens: 1024,
+            nsplit: 4,
+            kv_bytes: 536_870_912,
+            median_us: 140.0,
+            gbps: 3834.8,
+            copy_gbps: 4300.0,
+            violations: 0,
+            rows_verified: 1,
+            ref_rel_err: None,
+        };
+        let md = markdown(std::slice::from_ref(&row));
+        assert_eq!(md.lines().count(), 3);
+        assert!(md.contains("| full-gqa4 | full | 32 | 4096 | 4096 | 8/32 | 128 | 16 | base | 1024x4 |"));
+        assert!((row.fraction() - 0.8918).abs() < 1e-3);
+    }
+}

@@ -1,0 +1,574 @@
+//! The device self-check: a clean program over every group kind whose decode outputs must match
+//! the float64 CPU reference and which must verify clean, and a corrupted program whose bad
+//! reads must be reported at exactly the planned steps, requests, groups and blocks.
+//!
+//! The programs are built here (pure, unit-tested without a GPU); [`run`] executes them.
+
+use crate::content::{fmix32, StateDigest};
+use crate::error::GpuError;
+use crate::executor::{ExecOptions, GpuExecutor};
+use crate::ids::{BlockId, GroupId, PointId, ReqId};
+use crate::layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
+use crate::program::{
+    BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,
+};
+use crate::reference::{decode_attention, rel_error, state_value};
+use std::collections::BTreeSet;
+
+/// Largest relative error accepted against the f64 reference (bf16 operands, f32 accumulation).
+pub const REL_TOL: f64 = 1e-2;
+
+/// Group ids of [`layout`].
+pub const G_FULL: GroupId = GroupId(0);
+pub const G_SWA: GroupId = GroupId(1);
+pub const G_CHUNKED: GroupId = GroupId(2);
+pub const G_MLA: GroupId = GroupId(3);
+pub const G_STATE: GroupId = GroupId(4);
+pub const G_FULL_D256: GroupId = GroupId(5);
+pub const G_FULL_G32: GroupId = GroupId(6);
+/// Window of [`G_SWA`].
+pub const WINDOW: u32 = 48;
+
+fn attn(kind: GroupKind, bs: u32, layers: u32, kv: u32, q: u32, dim: u32, blocks: u32) -> GroupLayout {
+    GroupLayout {
+        kind,
+        block_size_tokens: bs,
+        layers,
+        kv_heads: kv,
+        q_heads: q,
+        head_dim: dim,
+        blocks_total: blocks,
+    }
+}
+
+/// A small layout with every group kind and kernel shape.
+pub fn layout() -> DeviceLayout {
+    DeviceLayout {
+        groups: vec![
+            attn(GroupKind::Full, 16, 2, 2, 8, 128, 48),
+            attn(GroupKind::SlidingWindow { window_tokens: WINDOW }, 16, 2, 2, 8, 128, 48),
+            attn(GroupKind::ChunkedLocal { chunk_tokens: 64 }, 16, 1, 1, 16, 64, 32),
+            attn(GroupKind::Mla, 16, 2, 1, 16, 576, 32),
+            GroupLayout {
+                kind: GroupKind::MambaState,
+                block_size_tokens: 16,
+                layers: 2,
+                kv_heads: 4,
+                q_heads: 4,
+                head_dim: 64,
+                blocks_total: 8,
+            },
+            attn(GroupKind::Full, 32, 1, 2, 2, 256, 16),
+            attn(GroupKind::Full, 16, 1, 1, 32, 128, 16),
+        ],
+        moe: Some(MoeLayout {
+            hidden: 512,
+            ffn: 256,
+            experts: 16,
+        }),
+    }
+}
+
+/// Hands out fresh blocks per group (block 0 is never handed out).
+struct Blocks {
+    next: Vec<u32>,
+    total: Vec<u32>,
+}
+
+impl Blocks {
+    fn new(layout: &DeviceLayout) -> Self {
+        Blocks {
+            next: vec![1; layout.groups.len()],
+            total: layout.groups.iter().map(|g| g.blocks_total).collect(),
+        }
+    }
+
+    fn take(&mut self, g: GroupId, n: u32) -> Vec<BlockId> {
+        let i = g.0 as usize;
+        let out: Vec<BlockId> = (self.next[i]..self.next[i] + n).map(BlockId).collect();
+        self.next[i] += n;
+        assert!(self.next[i] <= self.total[i], "self-check layout too small for {g}");
+        out
+    }
+}
+
+fn tokens(seed: u32, n: u32) -> Vec<u32> {
+    (0..n)
+        .map(|i| fmix32(seed.wrapping_mul(0x9E37_79B1) ^ i) % 50_000)
+        .collect()
+}
+
+fn prefill(req: ReqId, group: GroupId, start_pos: u32, toks: &[u32], table: &[BlockId]) -> GpuOp {
+    GpuOp::Prefill(PrefillOp {
+        req,
+        group,
+        start_pos,
+        tokens: toks.to_vec(),
+        block_table: table.to_vec(),
+    })
+}
+
+fn seq(req: ReqId, toks: &[u32], tables: &[(GroupId, Vec<BlockId>)]) -> DecodeSeq {
+    DecodeSeq {
+        req,
+        tokens: toks.to_vec(),
+        tables: tables
+            .iter()
+            .map(|(g, b)| GroupTable {
+                group: *g,
+                blocks: b.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The table a request reads in `g` at `ctx`: blocks wholly before the attended range are the
+/// null block, as vLLM's sliding-window manager leaves them.
+fn windowed(g: &GroupLayout, table: &[BlockId], ctx: u32) -> Vec<BlockId> {
+    let lo = g.kind.attend_range(ctx).start;
+    let first = lo / g.block_size_tokens;
+    table
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| if (i as u32) < first { BlockId::NULL } else { b })
+        .collect()
+}
+
+const ATTN_GROUPS: [GroupId; 6] = [G_FULL, G_SWA, G_CHUNKED, G_MLA, G_FULL_D256, G_FULL_G32];
+
+/// The clean program: prefills, decodes over every attention group (with sliding-window and
+/// chunked tables nulled below the range), a copy-on-write prefix share, a zeroed finished
+/// request, state updates in place and into a copy, a MoE layer and a timed window.
+pub fn clean_program(seed: u32) -> GpuProgram {
+    let layout = layout();
+    let mut blocks = Blocks::new(&layout);
+    let (r0, r1, r2) = (ReqId(0), ReqId(1), ReqId(2));
+    let t0 = tokens(seed, 151);
+    let t1 = tokens(seed + 1, 77);
+    let mut t2 = t0[..70].to_vec();
+    t2.extend(tokens(seed + 2, 30));
+    let g = |id: GroupId| layout.groups[id.0 as usize].clone();
+    let tab0: Vec<(GroupId, Vec<BlockId>)> = ATTN_GROUPS
+        .iter()
+        .map(|&id| (id, blocks.take(id, g(id).blocks_for(151))))
+        .collect();
+    let tab1: Vec<(GroupId, Vec<BlockId>)> = ATTN_GROUPS
+        .iter()
+        .map(|&id| (id, blocks.take(id, g(id).blocks_for(77))))
+        .collect();
+    let mut step0 = Vec::new();
+    for (id, t) in &tab0 {
+        step0.push(prefill(r0, *id, 0, &t0[..150], t));
+    }
+    for (id, t) in &tab1 {
+        step0.push(prefill(r1, *id, 0, &t1, t));
+    }
+    let state = |req, src, dst, history: &[u32], toks: &[u32]| {
+        GpuOp::StateUpdate(StateUpdateOp {
+            req,
+            group: G_STATE,
+            src_block: BlockId(src),
+            dst_block: BlockId(dst),
+            history: history.to_vec(),
+            tokens: toks.to_vec(),
+        })
+    };
+    step0.push(state(r0, 1, 1, &[], &t0[..150]));
+    step0.push(state(r1, 2, 2, &[], &t1));
+    let win = |ts: &[(GroupId, Vec<BlockId>)], ctx: u32| -> Vec<(GroupId, Vec<BlockId>)> {
+        ts.iter().map(|(id, t)| (*id, windowed(&g(*id), t, ctx))).collect()
+    };
+    let step1 = vec![
+        GpuOp::BeginTimed { point: PointId(0) },
+        GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![seq(r0, &t0[..150], &win(&tab0, 150)), seq(r1, &t1, &win(&tab1, 77))],
+        }),
+        state(r0, 1, 3, &t0[..150], &t0[150..151]),
+        GpuOp::Moe(MoeOp {
+            tokens: t0[..32].to_vec(),
+            top_k: 2,
+        }),
+        GpuOp::HostWork { nanos: 20_000 },
+        GpuOp::EndTimed { point: PointId(0) },
+    ];
+    // r2 shares r0's first 64 positions (4 blocks), copies block 4 (positions 64..79, r2 keeps
+    // 64..69) and writes its own 70..99 (into the copy and two fresh blocks).
+    let full0 = &tab0[0].1;
+    let cow = blocks.take(G_FULL, 3);
+    let mut tab2 = full0[..4].to_vec();
+    tab2.extend(&cow);
+    let step2 = vec![
+        GpuOp::CopyBlocks {
+            group: G_FULL,
+            copies: vec![BlockCopy {
+                src: full0[4],
+                dst: cow[0],
+            }],
+        },
+        prefill(r2, G_FULL, 70, &t2[70..], &tab2),
+        GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![
+                seq(r2, &t2, &[(G_FULL, tab2.clone())]),
+                seq(r0, &t0[..150], &[(G_FULL, full0.clone())]),
+            ],
+        }),
+    ];
+    let swa0 = &tab0[1].1;
+    let step3 = vec![
+        GpuOp::ZeroBlocks {
+            group: G_FULL,
+            blocks: tab1[0].1.clone(),
+        },
+        prefill(r0, G_FULL, 150, &t0[150..151], full0),
+        prefill(r0, G_SWA, 150, &t0[150..151], swa0),
+        GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![seq(
+                r0,
+                &t0,
+                &[(G_FULL, full0.clone()), (G_SWA, windowed(&g(G_SWA), swa0, 151))],
+            )],
+        }),
+    ];
+    GpuProgram {
+        layout,
+        steps: vec![
+            GpuStep { ops: step0 },
+            GpuStep { ops: step1 },
+            GpuStep { ops: step2 },
+            GpuStep { ops: step3 },
+        ],
+    }
+}
+
+/// A violation the corrupted program must produce: (step, request, group, block, position).
+pub type ExpectedViolation = (usize, ReqId, GroupId, BlockId, Option<u32>);
+
+/// The corrupted program and the violations it must produce, and nothing else:
+/// a sliding-window read after its block was zeroed (evicted) and after it was reused by
+/// another request, a read of a block never written, a read of a half-written block (an
+/// unfinished chain), and a state read of a block that never consumed the planned history.
+pub fn corrupted_program(seed: u32) -> (GpuProgram, Vec<ExpectedViolation>) {
+    let layout = layout();
+    let mut blocks = Blocks::new(&layout);
+    let (ra, rb, rc, rd, re) = (ReqId(10), ReqId(11), ReqId(12), ReqId(13), ReqId(14));
+    let (ta, tb, tc, td, te) = (
+        tokens(seed, 64),
+        tokens(seed + 1, 64),
+        tokens(seed + 2, 48),
+        tokens(seed + 3, 20),
+        tokens(seed + 4, 16),
+    );
+    let a = blocks.take(G_SWA, 4);
+    let b = blocks.take(G_FULL, 4);
+    let c = blocks.take(G_MLA, 3);
+    let swa = layout.groups[G_SWA.0 as usize].clone();
+    let a_read = windowed(&swa, &a, 64); // window 48 at ctx 64: positions 16..63, blocks 1..3
+    let decode_a = GpuOp::DecodeAttention(DecodeOp {
+        seqs: vec![seq(ra, &ta, &[(G_SWA, a_read.clone())])],
+    });
+    let steps = vec![
+        vec![
+            prefill(ra, G_SWA, 0, &ta, &a),
+            prefill(rb, G_FULL, 0, &tb[..48], &b[..3]),
+            prefill(rc, G_MLA, 0, &tc[..40], &c),
+            GpuOp::StateUpdate(StateUpdateOp {
+                req: rd,
+                group: G_STATE,
+                src_block: BlockId(1),
+                dst_block: BlockId(1),
+                history: vec![],
+                tokens: td.clone(),
+            }),
+        ],
+        vec![decode_a.clone()], // 1: clean
+        vec![GpuOp::ZeroBlocks {
+            group: G_SWA,
+            blocks: vec![a[3]],
+        }], // 2: evict a[3]
+        vec![decode_a.clone()], // 3: reads zeroed a[3] at 48
+        vec![prefill(re, G_SWA, 0, &te, &[a[2]])], // 4: a[2] reused by re
+        vec![decode_a],         // 5: reads re's a[2] at 32
+        vec![GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![seq(rb, &tb, &[(G_FULL, b.clone())])],
+        })], // 6: b[3] never written
+        vec![GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![seq(rc, &tc, &[(G_MLA, c.clone())])],
+        })], // 7: c[2] half written
+        vec![GpuOp::StateUpdate(StateUpdateOp {
+            req: rd,
+            group: G_STATE,
+            src_block: BlockId(2),
+            dst_block: BlockId(2),
+            history: td.clone(),
+            tokens: vec![1],
+        })], // 8: state block 2 never consumed td
+        vec![GpuOp::DecodeAttention(DecodeOp {
+            seqs: vec![seq(rb, &tb[..48], &[(G_FULL, b[..3].to_vec())])],
+        })], // 9: clean
+    ];
+    let expected = vec![
+        (3, ra, G_SWA, a[3], Some(48)),
+        (5, ra, G_SWA, a[2], Some(32)),
+        (6, rb, G_FULL, b[3], Some(48)),
+        (7, rc, G_MLA, c[2], Some(40)),
+        (8, rd, G_STATE, BlockId(2), None),
+    ];
+    (
+        GpuProgram {
+            layout,
+            steps: steps.into_iter().map(|ops| GpuStep { ops }).collect(),
+        },
+        expected,
+    )
+}
+
+/// What the self-check found.
+#[derive(Clone, Debug, Default)]
+pub struct SelfCheckOutcome {
+    pub lines: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+impl SelfCheckOutcome {
+    /// True when nothing failed.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+fn decode_tokens(program: &GpuProgram, step: usize, op: usize, req: ReqId) -> Option<Vec<u32>> {
+    match program.steps.get(step)?.ops.get(op)? {
+        GpuOp::DecodeAttention(d) => d.seqs.iter().find(|s| s.req == req).map(|s| s.tokens.clone()),
+        _ => None,
+    }
+}
+
+/// Runs both programs on the device (twice each, with fresh random queries) and compares.
+pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
+    let mut o = SelfCheckOutcome::default();
+    let mut exec = GpuExecutor::new(layout())?;
+    for round in 0..2u64 {
+        let seed_r = seed ^ (round.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let program = clean_program(seed_r as u32);
+        // Round 0 lets the heuristic split (short contexts: several splits, combined in-kernel);
+        // round 1 forces one split per request (the kernel normalises its own output).
+        let opts = ExecOptions {
+            seed: seed_r,
+            keep_outputs: true,
+            split_tokens: if round == 0 { None } else { Some(4096) },
+            ..ExecOptions::default()
+        };
+        let report = exec.execute(&program, &opts)?;
+        o.lines.push(format!(
+            "clean program round {round} ({}): {} steps, {} rows verified, {} violations, step ms {:?}",
+            if round == 0 { "heuristic splits" } else { "one split" },
+            report.steps.len(),
+            report.rows_verified,
+            report.violations.len(),
+            report
+                .steps
+                .iter()
+                .map(|s| (s.device_ms * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>()
+        ));
+        for v in &report.violations {
+            o.failures.push(format!("clean program reported a violation: {v}"));
+        }
+        for p in &report.points {
+            o.lines.push(format!(
+                "  point {}: steps {}..={}, device {:.3} ms, host {} ns (>= 20000 of host work)",
+                p.point, p.step_begin, p.step_end, p.device_ms, p.host_ns
+            ));
+            if p.host_ns < 20_000 {
+                o.failures.push(format!(
+                    "point {} host time {} ns < its 20000 ns of host work",
+                    p.point, p.host_ns
+                ));
+            }
+        }
+        let mut worst = 0.0f64;
+        for out in &report.decode_outputs {
+            let g = &program.layout.groups[out.group.0 as usize];
+            let Some(tokens) = decode_tokens(&program, out.step, out.op, out.req) else {
+                o.failures
+                    .push(format!("no tokens for output step {} op {}", out.step, out.op));
+                continue;
+            };
+            let reference = decode_attention(g, &tokens, &out.q_bits);
+            let err = rel_error(&out.out, &reference);
+            worst = worst.max(err);
+            let line = format!(
+                "  ref step {} {} {} ({}, ctx {}, D {}, G {}): rel err {:.2e}",
+                out.step,
+                out.req,
+                out.group,
+                g.kind.name(),
+                tokens.len(),
+                g.head_dim,
+                g.gqa_group(),
+                err
+            );
+            if err.is_nan() || err > REL_TOL {
+                o.failures.push(format!("{line} > {REL_TOL}"));
+            }
+            o.lines.push(line);
+        }
+        o.lines.push(format!(
+            "  {} decode outputs vs f64 reference, worst rel err {worst:.2e} (tol {REL_TOL})",
+            report.decode_outputs.len()
+        ));
+        if report.decode_outputs.len() != 16 {
+            o.failures.push(format!(
+                "expected 16 decode outputs, got {}",
+                report.decode_outputs.len()
+            ));
+        }
+        o.lines.extend(check_state(&exec, &program, &mut o.failures)?);
+        for r in &report.moe_routes {
+            let routed: u32 = r.tokens_per_expert.iter().sum();
+            o.lines.push(format!(
+                "  moe step {} routed {routed} (token, expert) pairs: {:?}",
+                r.step, r.tokens_per_expert
+            ));
+            if routed != 64 {
+                o.failures
+                    .push(format!("MoE routed {routed} pairs, expected 32 tokens x top-2 = 64"));
+            }
+        }
+
+        let (bad, expected) = corrupted_program(seed_r as u32);
+        let report = exec.execute(
+            &bad,
+            &ExecOptions {
+                seed: seed_r,
+                ..ExecOptions::default()
+            },
+        )?;
+        o.lines.push(format!(
+            "corrupted program round {round}: {} violations reported",
+            report.violations.len()
+        ));
+        let got: BTreeSet<ExpectedViolation> = report
+            .violations
+            .iter()
+            .map(|v| (v.step, v.req, v.group, v.block.unwrap_or(BlockId::NULL), v.position))
+            .collect();
+        for v in &report.violations {
+            o.lines.push(format!("  {v}"));
+        }
+        let want: BTreeSet<ExpectedViolation> = expected.into_iter().collect();
+        if got != want {
+            o.failures.push(format!(
+                "corrupted program: violations {got:?}, expected exactly {want:?}"
+            ));
+        }
+        if report.violations.len() != want.len() {
+            o.failures.push(format!(
+                "corrupted program: {} violations, expected {}",
+                report.violations.len(),
+                want.len()
+            ));
+        }
+    }
+    Ok(o)
+}
+
+/// State blocks after the clean program: block 1 consumed r0's 150 tokens, block 3 (a copy
+/// written by the decode-time update) 151, block 2 r1's 77; values equal the f32 mirror.
+fn check_state(exec: &GpuExecutor, program: &GpuProgram, failures: &mut Vec<String>) -> Result<Vec<String>, GpuError> {
+    let mut lines = Vec::new();
+    let g = &program.layout.groups[G_STATE.0 as usize];
+    let mut histories = Vec::new();
+    for step in &program.steps {
+        for op in &step.ops {
+            if let GpuOp::StateUpdate(u) = op {
+                let mut all = u.history.clone();
+                all.extend(&u.tokens);
+                histories.push((u.dst_block, all));
+            }
+        }
+    }
+    for (block, history) in histories {
+        let data = exec.read_state_block(G_STATE, block)?;
+        let want = StateDigest::of(&history);
+        let mut bad_values = 0;
+        for layer in 0..g.layers {
+            for head in 0..g.kv_heads {
+                let row = &data[((layer * g.kv_heads + head) * g.head_dim) as usize..][..g.head_dim as usize];
+                let got = StateDigest {
+                    tokens: row[0].to_bits(),
+                    checksum: row[1].to_bits(),
+                };
+                if got != want {
+                    failures.push(format!(
+                        "state block {block} layer {layer} head {head}: digest {got:?}, want {want:?}"
+                    ));
+                }
+                for d in 2..g.head_dim {
+                    let r = state_value(&history, layer, head, d);
+                    if (row[d as usize] - r).abs() > 1e-5 * r.abs().max(1.0) {
+                        bad_values += 1;
+                    }
+                }
+            }
+        }
+        if bad_values > 0 {
+            failures.push(format!(
+                "state block {block}: {bad_values} values differ from the f32 reference"
+            ));
+        }
+        lines.push(format!(
+            "  state block {block}: {} tokens consumed, digest and values match: {}",
+            history.len(),
+            bad_values == 0
+        ));
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_valid() {
+        assert_eq!(layout().problems(), Vec::<String>::new());
+        assert_eq!(clean_program(1).problems(), Vec::<String>::new());
+        let (bad, expected) = corrupted_program(1);
+        assert_eq!(bad.problems(), Vec::<String>::new());
+        assert_eq!(expected.len(), 5);
+    }
+
+    #[test]
+    fn clean_program_decodes_sixteen_outputs() {
+        let p = clean_program(3);
+        let outputs: usize = p
+            .steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .map(|op| match op {
+                GpuOp::DecodeAttention(d) => d.seqs.iter().map(|s| s.tables.len()).sum(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(outputs, 16);
+    }
+
+    #[test]
+    fn windowed_tables_null_blocks_before_the_range() {
+        let g = &layout().groups[G_SWA.0 as usize];
+        let t: Vec<BlockId> = (1..=10).map(BlockId).collect();
+        let w = windowed(g, &t, 151); // lo = 103 -> first kept block 6
+        assert_eq!(w[..6], [BlockId::NULL; 6]);
+        assert_eq!(w[6], BlockId(7));
+    }
+
+    #[test]
+    fn runs_or_skips() {
+        if crate::device::skip_without_device("selfcheck::runs_or_skips") {
+            return;
+        }
+        let o = run(7).expect("self-check runs");
+        assert!(o.passed(), "{:#?}", o.failures);
+    }
+}
