@@ -88,3 +88,51 @@ fn impossible_config_and_invalid_ops_are_answered_as_format_md_says() {
         assert!(stdout.lines().filter(|l| l.contains("\"error\"")).count() == 1);
     }
 }
+
+#[test]
+fn replay_exit_codes_and_outputs() {
+    let dir = std::env::temp_dir().join(format!("kvsim-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("result.json");
+    let good = data("plans/shadow_decode.json");
+    let r = kvsim(&["replay", good.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stdout));
+    let first = std::fs::read(&out).unwrap();
+    kvsim(&["replay", good.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&out).unwrap(), first, "same plan, same bytes");
+    let bad = data("plans/shadow_one_group.json");
+    let r = kvsim(&["replay", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stdout).contains("PL-SHADOW-ATOMIC"));
+    // Malformed: an unknown field, with its JSON path; nothing is written.
+    let text = std::fs::read_to_string(&good)
+        .unwrap()
+        .replacen("\"headroom\"", "\"headrom\"", 1);
+    let broken = tmp_file("broken_plan.json", &text);
+    let out2 = dir.join("never.json");
+    let r = kvsim(&["replay", broken.to_str().unwrap(), "--out", out2.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("$.steps[1].ops[0]") && err.contains("headrom"), "{err}");
+    assert!(!out2.exists(), "nothing half-written is left behind");
+}
+
+#[test]
+fn schema_plan_prints_a_json_schema() {
+    let r = kvsim(&["schema", "plan"]);
+    assert_eq!(r.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["title"], "Plan");
+    assert!(v["definitions"]["PlanOp"].is_object());
+}
+
+#[test]
+fn unknown_subcommands_and_flags_exit_2() {
+    assert_eq!(kvsim(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        kvsim(&["replay", "x.json", "--out", "y", "--backend", "quantum"])
+            .status
+            .code(),
+        Some(2)
+    );
+}

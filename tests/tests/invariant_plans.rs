@@ -242,3 +242,17 @@ fn spec_invariants_md_matches_the_catalog() {
         "regenerate with `kvsim invariants --markdown > spec/invariants.md`"
     );
 }
+
+#[test]
+fn pl_deadline_a_point_injected_after_the_soft_timeout() {
+    let steps = vec![
+        (0, 0, vec![json!({"op": "inject_point", "point": 1})]),
+        (1, 0, vec![json!({"op": "inject_point", "point": 2})]),
+    ];
+    let mut good = plan(scenario(None, 1, 32), steps.clone());
+    good["faults"] = json!([{"fault": "soft_timeout", "step": 2}]);
+    assert_passes(&good);
+    let mut bad = plan(scenario(None, 1, 32), steps);
+    bad["faults"] = json!([{"fault": "soft_timeout", "step": 1}]);
+    assert_trips(&bad, "PL-DEADLINE");
+}

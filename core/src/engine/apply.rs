@@ -163,8 +163,20 @@ impl Engine {
                 OpOutcome::ok(format!("untimed {point}"))
             }
             PlanOp::InjectPoint { point } => {
-                self.injected = Some(*point);
-                OpOutcome::ok(format!("inject {point}"))
+                let mut out = OpOutcome::ok(format!("inject {point}"));
+                if self.deadline_passed {
+                    out.violations.push(Self::violation(
+                        "PL-DEADLINE",
+                        format!("point {point} injected after the soft deadline passed"),
+                    ));
+                }
+                if self.message_lag == 0 {
+                    self.injected = Some(*point);
+                } else {
+                    self.inject_queue.push((self.step_seq + self.message_lag, *point));
+                    out.result = format!("inject {point} (delivered {} steps late)", self.message_lag);
+                }
+                out
             }
             PlanOp::HostWork { label } => OpOutcome::ok(label.clone()),
             PlanOp::EndSweep => self.end_sweep(),
@@ -481,6 +493,12 @@ impl Engine {
         covered: bool,
     ) -> Result<OpOutcome, Mismatch> {
         let mut out = OpOutcome::default();
+        if self.deadline_passed {
+            out.violations.push(Self::violation(
+                "PL-DEADLINE",
+                format!("shadow {shadow} registered (a warm-up stage started) after the soft deadline passed"),
+            ));
+        }
         let ok = ok && !std::mem::take(&mut self.fail_next_registration);
         let ngroups = self.kv.groups.len();
         let chain_req = self.req(chain)?;

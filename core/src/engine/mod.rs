@@ -76,8 +76,12 @@ pub struct Engine {
     pub timed: Option<u64>,
     /// Requests in the current step's forward batch.
     pub in_forward: BTreeSet<String>,
-    /// Point injected by this rank in the current step.
+    /// Point injected by this rank in the current step (as the group sees it).
     pub injected: Option<u64>,
+    /// Injections decided on this rank, delivered to the group at `due` step seq.
+    pub inject_queue: Vec<(u64, u64)>,
+    /// Messages from this rank reach the group this many steps late (fault).
+    pub message_lag: u64,
     /// Outputs produced in the current step land this many steps late (fault).
     pub output_delay: u64,
     /// The next shadow registration fails locally (fault).
@@ -106,6 +110,8 @@ impl Engine {
             timed: None,
             in_forward: BTreeSet::new(),
             injected: None,
+            inject_queue: Vec::new(),
+            message_lag: 0,
             output_delay: 0,
             fail_next_registration: false,
             deadline_passed: false,
@@ -126,7 +132,10 @@ impl Engine {
         self.step_seq += 1;
         self.kv.new_step_starts();
         self.in_forward.clear();
-        self.injected = None;
+        // An injection decided earlier is delivered now (message lag).
+        let now = self.step_seq;
+        self.injected = self.inject_queue.iter().find(|(due, _)| *due == now).map(|(_, p)| *p);
+        self.inject_queue.retain(|(due, _)| *due > now);
         self.output_delay = 0;
     }
 

@@ -91,6 +91,12 @@ pub const CATALOG: &[Invariant] = &[
         checked_in: "core/src/invariants/ranks.rs: check_lockstep",
     },
     Invariant {
+        id: "PL-DEADLINE",
+        statement: "No stage starts after the soft deadline: once it passed on a rank, that rank injects no new benchmark point and registers no shadow.",
+        source: "dynamo_fpm.md §1.12",
+        checked_in: "core/src/engine/apply.rs: Engine::apply (InjectPoint, RegisterShadow)",
+    },
+    Invariant {
         id: "PL-TIMED-HOST",
         statement: "No host-side bookkeeping (block registration, shadow registration, zeroing, copies) inside a timed window.",
         source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",

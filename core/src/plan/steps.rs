@@ -195,7 +195,7 @@ pub enum FaultSpec {
     },
     /// The rank's next shadow registration at or after `step` fails locally.
     StageFailure { step: u64, rank: u32 },
-    /// Messages from `rank` are delivered `steps` steps late.
+    /// Messages from `rank` (its point injections) reach the other ranks `steps` steps late.
     MessageLag { rank: u32, steps: u64 },
 }
 

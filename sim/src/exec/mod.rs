@@ -65,6 +65,10 @@ fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut 
                 e.fail_next_registration = true;
                 events.push("stage failure armed".into());
             }
+            FaultSpec::MessageLag { rank: r, steps } if *r == rank && e.message_lag != *steps => {
+                e.message_lag = *steps;
+                events.push(format!("messages delayed by {steps} steps"));
+            }
             _ => {}
         }
     }
