@@ -33,9 +33,10 @@ import time  # noqa: E402
 from collections import deque  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # keep conformance/ free of __pycache__
 import vllm_replay as vr  # noqa: E402
 
-GEN_VERSION = "kvsim-gen/1"
+GEN_VERSION = "kvsim-gen/2"
 
 LAYOUTS = [
     "full", "full-nocache", "mla",
@@ -247,11 +248,12 @@ class TraceGen:
                 salt = self.new_salt()
             return list(prompt), salt
         if r < 0.32 and self.convs:
-            conv = rng.choice(self.convs)
+            conv, salt = rng.choice(self.convs)
             extra = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 2 * self.bs))]
             p = conv + extra
             if len(p) < mml - 1:
-                return p, (None if rng.random() < 0.9 else self.new_salt())
+                # the next turn of the same conversation keeps its salt
+                return p, (salt if rng.random() < 0.9 else self.new_salt())
         if r < 0.75:
             fam = rng.choice(self.families)
             cut = len(fam) if rng.random() < 0.7 else rng.randint(1, len(fam))
@@ -292,7 +294,7 @@ class TraceGen:
         st = self.st(rid)
         if finished:
             toks = list(st.req.all_token_ids)
-            self.convs.append(toks)
+            self.convs.append((toks, self.live[rid].salt))
             if len(self.convs) > 32:
                 self.convs.pop(0)
         self.emit({"op": "free", "id": rid})

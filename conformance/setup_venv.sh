@@ -7,11 +7,12 @@
 #   KVSIM_VLLM_VENV=/some/dir bash conformance/setup_venv.sh
 #   KVSIM_REAL_CUDA_LIBS=1 ...            # use the real nvidia-* wheels, no stubs
 #
-# Measured on this machine kind (Debian, python3 3.11, 2 cores, PyPI only):
-#   fresh install with CUDA stubs (default): ~1.5 min with an empty pip cache
-#   (~1 GB downloaded), venv 2.5 GB; the real-nvidia fallback adds ~2 GB of
-#   downloads and makes the venv ~5.3 GB. A later run
-#   finds the marker file and returns in well under a second.
+# Measured on this machine kind (Debian, python3 3.11.7, 2 cores, PyPI only),
+# empty pip cache:
+#   default (CUDA stubs):      89-149 s (once 213 s), ~1 GB downloaded, venv 2.5 GB
+#   KVSIM_REAL_CUDA_LIBS=1:   118 s, ~3 GB downloaded, venv 5.5 GB
+#   already installed:         0.02 s (marker file)
+# Importing vLLM's KV-cache modules then takes ~9 s per process.
 #
 # Choices (why):
 # * Everything is installed with `pip --no-deps` from an explicit, pinned list
@@ -35,7 +36,7 @@
 #   nvidia-* wheels torch needs at load time are installed instead (NVIDIA_REQS;
 #   cusolver/nvtx/triton are not needed to import).
 # * --only-binary=:all: so nothing is ever compiled from an sdist.
-# * The marker records a hash of this file: editing the pins forces a rebuild.
+# * The marker records a hash of the pins + stub generator (see STAMP).
 #   An unfinished venv (no marker) is wiped and rebuilt. flock serialises
 #   concurrent runs.
 set -euo pipefail
@@ -44,7 +45,6 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${KVSIM_VLLM_VENV:-$HOME/.cache/kvsim/vllm-0.33.0}"
 PYTHON="${PYTHON:-python3}"
 MARKER="$VENV/.kvsim-ready"
-STAMP="$( (cat "$0"; cat "$HERE/cuda_stubs.py"; echo "${KVSIM_REAL_CUDA_LIBS:-0}") | sha256sum | cut -c1-16)"
 
 REQS=(
   vllm==0.33.0
@@ -73,6 +73,12 @@ NVIDIA_REQS=(
   nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvjitlink==13.5.37
   nvidia-nvshmem-cu13==3.4.5
 )
+
+# The marker holds a hash of what gets installed: changing a pin, the stub
+# generator or the stub/real choice forces a rebuild; editing comments does not.
+STAMP="$( (echo "${REQS[*]}"; echo "${NVIDIA_REQS[*]}";
+          cat "$HERE/cuda_stubs.py" 2>/dev/null || echo "no-stubs";
+          echo "${KVSIM_REAL_CUDA_LIBS:-0}") | sha256sum | cut -c1-16)"
 
 log() { echo "[setup_venv] $*" >&2; }
 
@@ -107,8 +113,8 @@ SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 import_torch() { "$PY" -c 'import torch; assert not torch.cuda.is_available(); torch.zeros(1)' >/dev/null 2>&1; }
 
 use_real=1
-if [ "${KVSIM_REAL_CUDA_LIBS:-0}" != "1" ] && command -v gcc >/dev/null 2>&1 \
-   && command -v readelf >/dev/null 2>&1; then
+if [ "${KVSIM_REAL_CUDA_LIBS:-0}" != "1" ] && [ -f "$HERE/cuda_stubs.py" ] \
+   && command -v gcc >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1; then
   log "generating CUDA stub libraries into torch/lib"
   if "$PY" "$HERE/cuda_stubs.py" "$SITE" >&2 && import_torch; then
     use_real=0

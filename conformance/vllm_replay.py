@@ -9,6 +9,8 @@ prints one canonical JSON observation line per op (§4).
 Usage:
     python vllm_replay.py TRACE.json                 # observations to stdout
     python vllm_replay.py TRACE.json --out OBS.jsonl
+    python vllm_replay.py --out-dir DIR T1.json T2.json ...   # DIR/T1.obs.jsonl ...
+    python vllm_replay.py --check T1.json ...        # diff with T1.obs.jsonl beside it
     python vllm_replay.py --bench [--repeat N] T1.json T2.json ...
     python vllm_replay.py --continue-on-error TRACE.json   # debugging only
 
@@ -51,8 +53,8 @@ def _load_vllm():
         return _VLLM
     import types
 
-    for name in ("vllm", "torch"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # torch/vLLM print deprecation warnings while importing; mute them.
+    logging.disable(logging.WARNING)
     import torch
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -74,6 +76,7 @@ def _load_vllm():
     )
     from vllm.v1.request import Request, RequestStatus
 
+    logging.disable(logging.NOTSET)
     for name in ("vllm", "torch"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -611,10 +614,45 @@ def bench(paths, repeat):
             "traces": len(traces), "repeat": repeat}
 
 
+def _obs_name(trace_path):
+    base = os.path.basename(trace_path)
+    if base.endswith(".json"):
+        base = base[:-5]
+    return base + ".obs.jsonl"
+
+
+def check(paths, expect_dir=None):
+    """Replay each trace and diff with its expected .obs.jsonl (beside the
+    trace, or in expect_dir). Returns the number of mismatches."""
+    bad = 0
+    for p in paths:
+        exp = os.path.join(expect_dir or os.path.dirname(p) or ".", _obs_name(p))
+        with open(p) as f:
+            trace = json.load(f)
+        with open(exp) as f:
+            want = f.read().splitlines()
+        got = list(replay_lines(trace))
+        if got != want:
+            bad += 1
+            k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                     min(len(got), len(want)))
+            print(f"MISMATCH {p} at line {k + 1} (i={k - 1})")
+            print(f"  vllm:     {got[k] if k < len(got) else '<eof>'}")
+            print(f"  expected: {want[k] if k < len(want) else '<eof>'}")
+    print(f"{len(paths) - bad} passed, {bad} failed")
+    return bad
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description="Replay kvtrace/1 traces through vLLM 0.33.0's KVCacheManager")
     ap.add_argument("traces", nargs="+")
-    ap.add_argument("--out", help="write observations here instead of stdout")
+    ap.add_argument("--out", help="single trace: write observations here, not stdout")
+    ap.add_argument("--out-dir", help="write DIR/<trace>.obs.jsonl for every trace")
+    ap.add_argument("--check", action="store_true",
+                    help="diff each trace's replay with <trace>.obs.jsonl beside it "
+                         "(or in --expect-dir); exit 1 on a mismatch")
+    ap.add_argument("--expect-dir")
     ap.add_argument("--bench", action="store_true",
                     help="replay the traces --repeat times; print ops/s JSON")
     ap.add_argument("--repeat", type=int, default=3)
@@ -624,8 +662,19 @@ def main(argv=None):
     if a.bench:
         print(canon(bench(a.traces, a.repeat)))
         return 0
+    if a.check:
+        return 1 if check(a.traces, a.expect_dir) else 0
+    if a.out_dir:
+        os.makedirs(a.out_dir, exist_ok=True)
+        for p in a.traces:
+            with open(p) as f:
+                trace = json.load(f)
+            with open(os.path.join(a.out_dir, _obs_name(p)), "w") as out:
+                for line in replay_lines(trace, a.continue_on_error):
+                    out.write(line + "\n")
+        return 0
     if len(a.traces) != 1:
-        ap.error("exactly one trace unless --bench")
+        ap.error("several traces need --out-dir, --check or --bench")
     with open(a.traces[0]) as f:
         trace = json.load(f)
     out = open(a.out, "w") if a.out else sys.stdout

@@ -1,4 +1,4 @@
-//! Test-only CPU emulation of `prefill_kv`, `attn_mma` and its split combine, lane by lane, with
+//! Test-only CPU emulation of `write_kv`, `attn_mma` and its split combine, lane by lane, with
 //! `mma.sync.m16n8k16` emulated from the fragment layouts of the PTX ISA. It checks the index
 //! and permutation logic of the CUDA source against the f64 reference without a GPU; keep it in
 //! step with [`crate::kernels::SOURCE`].
@@ -9,7 +9,7 @@ use crate::content::{bf16_to_f32, f32_to_bf16, kv_bits, packed_tag, PLANE_K, PLA
 use crate::layout::GroupLayout;
 use crate::lower::aligned_lo;
 
-/// `prefill_kv` for one request: writes positions `start..start+tokens.len()` into `pool`.
+/// `write_kv` for one request: writes positions `start..start+tokens.len()` into `pool`.
 pub fn prefill(pool: &mut [u16], g: &GroupLayout, tokens: &[u32], start: u32, table: &[u32]) {
     let (bs, hd, heads) = (g.block_size_tokens as usize, g.head_dim as usize, g.kv_heads as usize);
     let planes = g.planes() as usize;

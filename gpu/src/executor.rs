@@ -195,6 +195,7 @@ fn module_name(k: AttnKernel) -> String {
     match k {
         AttnKernel::Mma { head_dim, head_tile } => format!("attn_mma_d{head_dim}_h{head_tile}"),
         AttnKernel::Latent { latent_dim, head_tile } => format!("attn_latent_d{latent_dim}_h{head_tile}"),
+        AttnKernel::Generic { head_dim } => format!("attn_generic_d{head_dim}"),
     }
 }
 
@@ -265,13 +266,16 @@ impl PreparedDecode {
 }
 
 enum Prepared {
-    Prefill {
+    /// The K/V writes of a run of consecutive `Prefill` ops into one group, one launch.
+    WriteKv {
         group: usize,
         tokens: CudaSlice<u32>,
-        table: CudaSlice<u32>,
-        start_pos: i32,
+        positions: CudaSlice<u32>,
+        blocks: CudaSlice<u32>,
         ntok: u32,
     },
+    /// A `Prefill` whose writes an earlier `WriteKv` of its run issues.
+    Merged,
     Decode(PreparedDecode),
     State {
         group: usize,
@@ -529,8 +533,19 @@ impl GpuExecutor {
         let mut prepared: Vec<Vec<Prepared>> = Vec::with_capacity(program.steps.len());
         for (si, step) in program.steps.iter().enumerate() {
             let mut ops = Vec::with_capacity(step.ops.len());
-            for (oi, op) in step.ops.iter().enumerate() {
-                ops.push(self.prepare_op(op, si, oi, opts, &mut records, &mut moe_counts_words)?);
+            let mut oi = 0;
+            while oi < step.ops.len() {
+                let run = step.ops[oi..]
+                    .iter()
+                    .take_while(|op| matches!(op, GpuOp::Prefill(_)))
+                    .count();
+                if run > 0 {
+                    ops.extend(self.prepare_writes(&step.ops[oi..oi + run])?);
+                    oi += run;
+                    continue;
+                }
+                ops.push(self.prepare_op(&step.ops[oi], si, oi, opts, &mut records, &mut moe_counts_words)?);
+                oi += 1;
             }
             prepared.push(ops);
         }
@@ -676,13 +691,10 @@ impl GpuExecutor {
         moe_counts_words: &mut usize,
     ) -> Result<Prepared, GpuError> {
         Ok(match op {
-            GpuOp::Prefill(p) => Prepared::Prefill {
-                group: p.group.0 as usize,
-                tokens: self.upload(p.tokens.clone())?,
-                table: self.upload(p.block_table.iter().map(|b| b.0).collect())?,
-                start_pos: p.start_pos as i32,
-                ntok: p.tokens.len() as u32,
-            },
+            GpuOp::Prefill(_) => self
+                .prepare_writes(std::slice::from_ref(op))?
+                .pop()
+                .expect("one prefill gives one write"),
             GpuOp::DecodeAttention(d) => Prepared::Decode(self.prepare_decode_at(d, step, opi, opts, records)?),
             GpuOp::StateUpdate(u) => {
                 let g = &self.layout.groups[u.group.0 as usize];
@@ -735,6 +747,49 @@ impl GpuExecutor {
             GpuOp::EndTimed { point } => Prepared::End(*point),
             GpuOp::HostWork { nanos } => Prepared::HostWork(*nanos),
         })
+    }
+
+    /// One [`Prepared::WriteKv`] per group a run of consecutive `Prefill` ops writes (in order
+    /// of first appearance), then [`Prepared::Merged`] for the rest: as many entries as ops.
+    fn prepare_writes(&self, run: &[GpuOp]) -> Result<Vec<Prepared>, GpuError> {
+        // (group, tokens, positions, blocks) per group, in order of first appearance.
+        type Rows = (usize, Vec<u32>, Vec<u32>, Vec<u32>);
+        let mut per_group: Vec<Rows> = Vec::new();
+        for op in run {
+            let GpuOp::Prefill(p) = op else {
+                unreachable!("a run of prefills")
+            };
+            let group = p.group.0 as usize;
+            let bs = self.layout.groups[group].block_size_tokens;
+            let i = match per_group.iter().position(|e| e.0 == group) {
+                Some(i) => i,
+                None => {
+                    per_group.push((group, Vec::new(), Vec::new(), Vec::new()));
+                    per_group.len() - 1
+                }
+            };
+            let e = &mut per_group[i];
+            for (k, &t) in p.tokens.iter().enumerate() {
+                let pos = p.start_pos + k as u32;
+                e.1.push(t);
+                e.2.push(pos);
+                e.3.push(p.block_table[(pos / bs) as usize].0);
+            }
+        }
+        let mut out = Vec::with_capacity(run.len());
+        for (group, tokens, positions, blocks) in per_group {
+            out.push(Prepared::WriteKv {
+                group,
+                ntok: tokens.len() as u32,
+                tokens: self.upload(tokens)?,
+                positions: self.upload(positions)?,
+                blocks: self.upload(blocks)?,
+            });
+        }
+        while out.len() < run.len() {
+            out.push(Prepared::Merged);
+        }
+        Ok(out)
     }
 
     fn prepare_decode_at(
@@ -878,11 +933,12 @@ impl GpuExecutor {
 
     fn launch(&self, p: &Prepared, verify: &CudaSlice<u32>, moe: Option<&mut MoeScratch>) -> Result<(), GpuError> {
         match p {
-            Prepared::Prefill {
+            Prepared::Merged => {}
+            Prepared::WriteKv {
                 group,
                 tokens,
-                table,
-                start_pos,
+                positions,
+                blocks,
                 ntok,
             } => {
                 let g = &self.layout.groups[*group];
@@ -894,14 +950,14 @@ impl GpuExecutor {
                 );
                 let planes = g.planes() as i32;
                 let block_elems = g.block_elems();
-                // SAFETY: prefill_kv writes positions start_pos.. of the table's (validated) blocks.
+                // SAFETY: write_kv writes one row per token into its (validated) block.
                 unsafe {
                     self.stream
-                        .launch_builder(&self.common["prefill_kv"])
+                        .launch_builder(&self.common["write_kv"])
                         .arg(&self.pools[*group])
                         .arg(tokens)
-                        .arg(table)
-                        .arg(start_pos)
+                        .arg(positions)
+                        .arg(blocks)
                         .arg(&layers)
                         .arg(&heads)
                         .arg(&dim)

@@ -64,7 +64,9 @@ pub struct DeviceLayout {
     pub moe: Option<MoeLayout>,
 }
 
-/// Largest head dim the tensor-core decode kernel takes (its accumulators live in registers).
+/// Largest head dim the decode kernels take (the tensor-core kernel's accumulators live in
+/// registers). Block sizes that are a multiple of 8 with head dims that are a multiple of 32 run
+/// on the tensor-core kernel; other shapes (head dims a multiple of 4) on the generic one.
 pub const MMA_MAX_HEAD_DIM: u32 = 256;
 /// Largest MLA latent width the latent decode kernel takes.
 pub const MLA_MAX_LATENT_DIM: u32 = 1024;
@@ -186,11 +188,8 @@ impl GroupLayout {
                 }
             }
             kind => {
-                if self.block_size_tokens == 0 || !self.block_size_tokens.is_multiple_of(8) {
-                    bad(format!(
-                        "block_size_tokens {} must be a multiple of 8",
-                        self.block_size_tokens
-                    ));
+                if self.block_size_tokens == 0 {
+                    bad("block_size_tokens must be > 0".into());
                 }
                 if self.q_heads == 0 || !self.q_heads.is_multiple_of(self.kv_heads.max(1)) {
                     bad(format!(
@@ -208,9 +207,9 @@ impl GroupLayout {
                             self.head_dim
                         ));
                     }
-                } else if self.head_dim < 32 || !self.head_dim.is_multiple_of(32) || self.head_dim > MMA_MAX_HEAD_DIM {
+                } else if self.head_dim < 4 || !self.head_dim.is_multiple_of(4) || self.head_dim > MMA_MAX_HEAD_DIM {
                     bad(format!(
-                        "head_dim {} must be a multiple of 32 in 32..={MMA_MAX_HEAD_DIM}",
+                        "head_dim {} must be a multiple of 4 in 4..={MMA_MAX_HEAD_DIM}",
                         self.head_dim
                     ));
                 }
@@ -345,8 +344,8 @@ mod tests {
         assert!(ok.problems().is_empty());
         let bad = DeviceLayout {
             groups: vec![GroupLayout {
-                block_size_tokens: 12,
-                head_dim: 100,
+                block_size_tokens: 0,
+                head_dim: 102,
                 blocks_total: 1,
                 ..full(16)
             }],

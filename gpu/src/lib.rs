@@ -22,6 +22,7 @@ pub mod ids;
 pub mod kernels;
 pub mod layout;
 pub mod lower;
+pub mod lower_plan;
 pub mod program;
 pub mod reference;
 pub mod selfcheck;
@@ -31,6 +32,7 @@ pub use error::GpuError;
 pub use executor::{ExecOptions, ExecReport, GpuExecutor, PointTiming, StepTiming, Violation, ViolationKind};
 pub use ids::{BlockId, GroupId, PointId, ReqId};
 pub use layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
+pub use lower_plan::{lower_plan, LowerError, LowerOptions, LoweredPlan, OpRef};
 pub use program::{
     BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,
 };

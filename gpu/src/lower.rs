@@ -3,7 +3,7 @@
 //! Pure functions, unit-tested without a GPU.
 
 use crate::content::{packed_tag, StateDigest};
-use crate::layout::{GroupKind, GroupLayout};
+use crate::layout::{GroupKind, GroupLayout, MMA_MAX_HEAD_DIM};
 
 /// Positions a decode CTA's tile starts on: ranges are aligned down to this many positions.
 pub const TILE_TOKENS: u32 = 32;
@@ -21,6 +21,9 @@ pub enum AttnKernel {
     Mma { head_dim: u32, head_tile: u32 },
     /// CUDA-core kernel over row-major MLA latents (K = V).
     Latent { latent_dim: u32, head_tile: u32 },
+    /// CUDA-core kernel for K/V shapes the tensor-core kernel does not take (block size not a
+    /// multiple of 8, head dim not a multiple of 32); one query head per CTA.
+    Generic { head_dim: u32 },
 }
 
 impl AttnKernel {
@@ -37,6 +40,7 @@ impl AttnKernel {
                     head_tile: largest_divisor_at_most(group, cap),
                 })
             }
+            _ if !mma_takes(g) => Some(AttnKernel::Generic { head_dim: g.head_dim }),
             _ => {
                 let cap = 16.min(MMA_SMEM_HEAD_DIMS / g.head_dim.max(1)).max(1);
                 Some(AttnKernel::Mma {
@@ -51,6 +55,7 @@ impl AttnKernel {
     pub fn head_tile(self) -> u32 {
         match self {
             AttnKernel::Mma { head_tile, .. } | AttnKernel::Latent { head_tile, .. } => head_tile,
+            AttnKernel::Generic { .. } => 1,
         }
     }
 
@@ -59,6 +64,7 @@ impl AttnKernel {
         match self {
             AttnKernel::Mma { .. } => "attn_mma",
             AttnKernel::Latent { .. } => "attn_latent",
+            AttnKernel::Generic { .. } => "attn_generic",
         }
     }
 
@@ -69,8 +75,15 @@ impl AttnKernel {
             AttnKernel::Latent { latent_dim, head_tile } => {
                 format!("#define LD {latent_dim}\n#define GT {head_tile}\n")
             }
+            AttnKernel::Generic { head_dim } => format!("#define GHD {head_dim}\n"),
         }
     }
+}
+
+/// True when the tensor-core kernel takes this attention group's shape: 8-position chunks
+/// stay inside one block and head dims are whole 32-dim MMA steps.
+pub fn mma_takes(g: &GroupLayout) -> bool {
+    g.block_size_tokens.is_multiple_of(8) && g.head_dim.is_multiple_of(32) && g.head_dim <= MMA_MAX_HEAD_DIM
 }
 
 /// Largest divisor of `n` that is at most `cap` (1 if none larger).
@@ -213,6 +226,17 @@ mod tests {
             Some(4)
         );
         assert_eq!(AttnKernel::for_group(&group(GroupKind::MambaState, 2, 64)), None);
+        // Shapes the tensor-core kernel does not take fall back to the generic kernel.
+        assert_eq!(
+            AttnKernel::for_group(&group(GroupKind::Full, 8, 8)),
+            Some(AttnKernel::Generic { head_dim: 8 })
+        );
+        let bs4 = GroupLayout {
+            block_size_tokens: 4,
+            ..group(GroupKind::SlidingWindow { window_tokens: 4 }, 8, 128)
+        };
+        assert_eq!(AttnKernel::for_group(&bs4), Some(AttnKernel::Generic { head_dim: 128 }));
+        assert_eq!(AttnKernel::Generic { head_dim: 8 }.head_tile(), 1);
         assert_eq!(largest_divisor_at_most(12, 5), 4);
         assert_eq!(largest_divisor_at_most(7, 6), 1);
     }

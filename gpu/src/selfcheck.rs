@@ -26,6 +26,10 @@ pub const G_MLA: GroupId = GroupId(3);
 pub const G_STATE: GroupId = GroupId(4);
 pub const G_FULL_D256: GroupId = GroupId(5);
 pub const G_FULL_G32: GroupId = GroupId(6);
+/// Sliding window over 4-token blocks with head dim 8 (the generic kernel's shape).
+pub const G_SMALL: GroupId = GroupId(7);
+/// Window of [`G_SMALL`].
+pub const SMALL_WINDOW: u32 = 10;
 /// Window of [`G_SWA`].
 pub const WINDOW: u32 = 48;
 
@@ -60,6 +64,17 @@ pub fn layout() -> DeviceLayout {
             },
             attn(GroupKind::Full, 32, 1, 2, 2, 256, 16),
             attn(GroupKind::Full, 16, 1, 1, 32, 128, 16),
+            attn(
+                GroupKind::SlidingWindow {
+                    window_tokens: SMALL_WINDOW,
+                },
+                4,
+                2,
+                2,
+                8,
+                8,
+                64,
+            ),
         ],
         moe: Some(MoeLayout {
             hidden: 512,
@@ -134,7 +149,9 @@ fn windowed(g: &GroupLayout, table: &[BlockId], ctx: u32) -> Vec<BlockId> {
         .collect()
 }
 
-const ATTN_GROUPS: [GroupId; 6] = [G_FULL, G_SWA, G_CHUNKED, G_MLA, G_FULL_D256, G_FULL_G32];
+const ATTN_GROUPS: [GroupId; 7] = [G_FULL, G_SWA, G_CHUNKED, G_MLA, G_FULL_D256, G_FULL_G32, G_SMALL];
+/// Decode outputs of the clean program (requests x groups read).
+const CLEAN_OUTPUTS: usize = 18;
 
 /// The clean program: prefills, decodes over every attention group (with sliding-window and
 /// chunked tables nulled below the range), a copy-on-write prefix share, a zeroed finished
@@ -417,9 +434,9 @@ pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
             "  {} decode outputs vs f64 reference, worst rel err {worst:.2e} (tol {REL_TOL})",
             report.decode_outputs.len()
         ));
-        if report.decode_outputs.len() != 16 {
+        if report.decode_outputs.len() != CLEAN_OUTPUTS {
             o.failures.push(format!(
-                "expected 16 decode outputs, got {}",
+                "expected {CLEAN_OUTPUTS} decode outputs, got {}",
                 report.decode_outputs.len()
             ));
         }
@@ -540,7 +557,7 @@ mod tests {
     }
 
     #[test]
-    fn clean_program_decodes_sixteen_outputs() {
+    fn clean_program_decodes_eighteen_outputs() {
         let p = clean_program(3);
         let outputs: usize = p
             .steps
@@ -551,7 +568,7 @@ mod tests {
                 _ => 0,
             })
             .sum();
-        assert_eq!(outputs, 16);
+        assert_eq!(outputs, CLEAN_OUTPUTS);
     }
 
     #[test]

@@ -5,3 +5,4 @@ pub mod conformance;
 pub mod exec;
 pub mod fuzz;
 pub mod output;
+pub mod sweep;

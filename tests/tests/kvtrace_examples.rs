@@ -48,3 +48,21 @@ fn the_copies_equal_the_shared_originals_when_present() {
         );
     }
 }
+
+/// Edge cases with the observations real vLLM 0.33.0 printed (from the conformance
+/// generator's corpus): every ConfigError and InvalidOp rule, valid-but-unusual
+/// ops, the full2x+swa partial-tail keys and the Mamba same-step refusal by hash.
+#[test]
+fn reference_edge_cases_match_vllm() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/kvtrace_reference");
+    let pairs = kvsim_sim::conformance::trace_pairs(&dir).unwrap();
+    assert!(pairs.len() >= 40, "{} reference traces", pairs.len());
+    for (trace, obs) in pairs {
+        let (t, o) = (
+            std::fs::read_to_string(&trace).unwrap(),
+            std::fs::read_to_string(&obs).unwrap(),
+        );
+        let d = kvsim_sim::conformance::compare(&trace, &t, &o).unwrap();
+        assert!(d.is_none(), "{d:?}");
+    }
+}

@@ -2,7 +2,7 @@
 //! re-derived and compared with what the plan recorded; effects the planner
 //! decided (shadow blocks, frees, windows) are applied as recorded and judged.
 
-use super::content::ZERO_TAG;
+use super::content::{SYNTHETIC_TAG, ZERO_TAG};
 use super::{Deferred, Engine, Mismatch, PendingOutput};
 use crate::invariants::Violation;
 use crate::kv::{AllocateArgs, GroupKind, MambaMode, RequestStatus, NULL_BLOCK};
@@ -34,6 +34,7 @@ fn is_host_bookkeeping(op: &PlanOp) -> Option<&'static str> {
         PlanOp::ZeroBlocks { .. } => Some("block zeroing"),
         PlanOp::CopyBlock { .. } => Some("block copy"),
         PlanOp::HostWork { .. } => Some("host work"),
+        PlanOp::FakeCompute { .. } => Some("synthetic KV injection"),
         PlanOp::ReleaseCow => Some("copy-on-write release"),
         _ => None,
     }
@@ -72,6 +73,7 @@ impl Engine {
             )?,
             PlanOp::Forward { batch } => self.forward(batch)?,
             PlanOp::ProcessOutputs => self.process_outputs(),
+            PlanOp::FakeCompute { req, tokens } => self.fake_compute(req, *tokens)?,
             PlanOp::CacheBlocks { req, num_tokens } => {
                 let r = self.req(req)?;
                 if *num_tokens > r.req.num_computed_tokens {
@@ -358,7 +360,11 @@ impl Engine {
                 if let GroupKind::Mamba { .. } = kind {
                     if c > 0 {
                         let idx = Self::state_index(kind, bs, c);
-                        let expected = r.prefix[g].state_tag(&tokens, c as usize);
+                        let expected = if c <= r.synthetic_upto {
+                            SYNTHETIC_TAG
+                        } else {
+                            r.prefix[g].state_tag(&tokens, c as usize)
+                        };
                         let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
                         let actual = if block == NULL_BLOCK {
                             None
@@ -388,7 +394,12 @@ impl Engine {
                     for i in (lo / bs) as usize..=((c - 1) / bs) as usize {
                         let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
                         let upto = (((i as u64) + 1) * bs).min(c) as usize;
-                        let expected = r.prefix[g].block_tag(&tokens, i, upto);
+                        // Positions the request knowingly holds as synthetic KV read as such.
+                        let expected = if upto as u64 <= r.synthetic_upto {
+                            SYNTHETIC_TAG
+                        } else {
+                            r.prefix[g].block_tag(&tokens, i, upto)
+                        };
                         let actual = if block == NULL_BLOCK {
                             None
                         } else {
@@ -437,6 +448,43 @@ impl Engine {
         }
         out.result = format!("forward {}", batch.len());
         Ok(out)
+    }
+
+    fn fake_compute(&mut self, id: &str, n: u64) -> Result<OpOutcome, Mismatch> {
+        let groups: Vec<(GroupKind, u64)> = self.kv.config.groups.iter().map(|g| (g.kind, g.block_size)).collect();
+        let r = self
+            .requests
+            .get_mut(id)
+            .ok_or_else(|| Mismatch(format!("fake compute of unknown request {id}")))?;
+        if r.req.status != RequestStatus::Running || r.req.num_computed_tokens != 0 || n == 0 || n > r.req.num_tokens()
+        {
+            return Err(Mismatch(format!(
+                "{id}: synthetic KV for {n} tokens needs a freshly scheduled request"
+            )));
+        }
+        let tables = self.kv.get_block_ids(r.req.id);
+        for (g, &(kind, bs)) in groups.iter().enumerate() {
+            let blocks: Vec<usize> = match kind {
+                GroupKind::Mamba { .. } => vec![Self::state_index(kind, bs, n)],
+                _ => (0..n.div_ceil(bs) as usize).collect(),
+            };
+            for i in blocks {
+                match tables[g].get(i) {
+                    Some(&b) if b != NULL_BLOCK => self.content[b as usize] = Some(SYNTHETIC_TAG),
+                    // Window groups may already have dropped blocks left of the window.
+                    _ if !matches!(kind, GroupKind::FullAttention | GroupKind::Mla) => {}
+                    _ => {
+                        return Err(Mismatch(format!(
+                            "{id}: no block for synthetic position {} in group {g}",
+                            i as u64 * bs
+                        )))
+                    }
+                }
+            }
+        }
+        r.req.num_computed_tokens = n;
+        r.synthetic_upto = n;
+        Ok(OpOutcome::ok(format!("synthetic KV for {n} tokens")))
     }
 
     fn process_outputs(&mut self) -> OpOutcome {

@@ -4,6 +4,8 @@
 
 use crate::kv::hash::{extend_block_hashes, hash_block};
 
+/// Content of a block holding synthetic ("fake") KV.
+pub const SYNTHETIC_TAG: u128 = 0x7379_6e74_6865_7469_6373_796e_7468_6574;
 /// Content of a zeroed block.
 pub const ZERO_TAG: u128 = 0x7a65_726f_7a65_726f_7a65_726f_7a65_726f;
 const STATE_MARK: u64 = u64::MAX - 7;

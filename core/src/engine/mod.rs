@@ -26,6 +26,8 @@ pub struct EngineReq {
     pub shadow_of: Option<(String, u64)>,
     /// Per group: prefix hashes at the group's block size (content tags).
     pub prefix: Vec<PrefixHashes>,
+    /// Positions below this hold synthetic KV the request knowingly reads.
+    pub synthetic_upto: u64,
 }
 
 /// Outputs of a forward that have not been processed yet.
@@ -154,6 +156,7 @@ impl Engine {
             req,
             shadow_of: None,
             prefix,
+            synthetic_upto: 0,
         }
     }
 

@@ -1,2 +1,8 @@
-//! FPM benchmark model: grid, gate, artifact types.
+//! FPM benchmark model: grid, scenarios, gate, capacity, planners, artifact.
+
+pub mod artifact;
+pub mod capacity;
+pub mod gate;
 pub mod grid;
+pub mod scenarios;
+pub mod sweep;

@@ -1,7 +1,5 @@
 //! Invariants of the KV-cache model itself (vllm_kv.md §7, items 1–6).
 
-use std::collections::BTreeMap;
-
 use super::Violation;
 use crate::kv::{KvCacheManager, NULL_BLOCK};
 
@@ -24,27 +22,28 @@ pub fn check_model(kv: &KvCacheManager, retained: &[u32]) -> Vec<Violation> {
 /// KV-REF: a block's ref count equals the number of holders (table entries across
 /// requests and groups, plus retained references); no table holds a block twice.
 fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violation>) {
-    let mut holders: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut holders = vec![0u32; kv.pool.num_blocks() as usize];
+    // The request that last counted each block, to spot a block twice in one table.
+    let mut last_seen: Vec<Option<(u32, u32)>> = vec![None; kv.pool.num_blocks() as usize];
     for m in &kv.groups {
         for req in m.request_ids() {
-            let table = m.table(req);
-            let mut seen = std::collections::BTreeSet::new();
-            for &b in table.iter().filter(|&&b| b != NULL_BLOCK) {
-                if !seen.insert(b) {
+            for &b in m.table(req).iter().filter(|&&b| b != NULL_BLOCK) {
+                if last_seen[b as usize] == Some((m.group_id, req)) {
                     out.push(Violation {
                         id: "KV-REF",
                         detail: format!("block {b} appears twice in request {req}'s group {} table", m.group_id),
                     });
                 }
-                *holders.entry(b).or_default() += 1;
+                last_seen[b as usize] = Some((m.group_id, req));
+                holders[b as usize] += 1;
             }
         }
     }
     for &b in retained {
-        *holders.entry(b).or_default() += 1;
+        holders[b as usize] += 1;
     }
     for b in 1..kv.pool.num_blocks() {
-        let (r, h) = (kv.pool.ref_cnt(b), holders.get(&b).copied().unwrap_or(0));
+        let (r, h) = (kv.pool.ref_cnt(b), holders[b as usize]);
         if r != h {
             out.push(Violation {
                 id: "KV-REF",
@@ -70,31 +69,40 @@ fn check_free_queue(kv: &KvCacheManager, out: &mut Vec<Violation>) {
 }
 
 /// KV-CACHE: every prefix-cache entry points at a block holding that key, and
-/// every block's key is registered.
+/// every key a block holds is registered. The scan is order-free; only when it
+/// finds a problem is the sorted (deterministic) scan run to report the first one.
 fn check_prefix_cache(kv: &KvCacheManager, out: &mut Vec<Violation>) {
-    for (key, ids) in kv.pool.cache_entries() {
-        for id in ids {
-            if !kv.pool.keys_of(id).contains(&key) {
-                out.push(Violation {
-                    id: "KV-CACHE",
-                    detail: format!(
-                        "cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it",
-                        key.hash, key.group
-                    ),
-                });
-                return;
-            }
+    let p = &kv.pool;
+    let mut ok = true;
+    p.for_each_entry(|key, ids| ok &= ids.iter().all(|&id| p.holds_key(id, key)));
+    for b in 1..p.num_blocks() {
+        if let Some(tag) = p.block_hash(b) {
+            ok &= p.blocks_for_key(&tag.key).contains(&b);
         }
     }
-    for b in 1..kv.pool.num_blocks() {
-        for key in kv.pool.keys_of(b) {
-            if !kv.pool.blocks_for_key(&key).contains(&b) {
-                out.push(Violation {
-                    id: "KV-CACHE",
-                    detail: format!("block {b} holds key (group {}) missing from the cache map", key.group),
-                });
-                return;
-            }
+    p.for_each_secondary(|b, key| ok &= p.blocks_for_key(key).contains(&b));
+    if ok {
+        return;
+    }
+    for (key, ids) in p.cache_entries() {
+        if let Some(id) = ids.iter().find(|&&id| !p.holds_key(id, &key)) {
+            out.push(Violation {
+                id: "KV-CACHE",
+                detail: format!(
+                    "cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it",
+                    key.hash, key.group
+                ),
+            });
+            return;
+        }
+    }
+    for b in 1..p.num_blocks() {
+        if let Some(key) = p.keys_of(b).into_iter().find(|k| !p.blocks_for_key(k).contains(&b)) {
+            out.push(Violation {
+                id: "KV-CACHE",
+                detail: format!("block {b} holds key (group {}) missing from the cache map", key.group),
+            });
+            return;
         }
     }
 }

@@ -300,6 +300,27 @@ impl BlockPool {
         }
     }
 
+    /// Whether block `id` holds `key` (primary or secondary); allocation-free.
+    pub fn holds_key(&self, id: u32, key: &BlockKey) -> bool {
+        self.primary[id as usize].is_some_and(|t| t.key == *key)
+            || self.secondary.get(&id).is_some_and(|s| s.contains(key))
+    }
+
+    /// Visit every map entry in unspecified order (callers must not let the order
+    /// reach output; see `cache_entries` for a sorted copy).
+    pub fn for_each_entry(&self, mut f: impl FnMut(&BlockKey, &[u32])) {
+        for (k, ids) in &self.cached {
+            f(k, ids);
+        }
+    }
+
+    /// Visit every secondary key of every block, in unspecified order.
+    pub fn for_each_secondary(&self, mut f: impl FnMut(u32, &BlockKey)) {
+        for (b, keys) in &self.secondary {
+            keys.iter().for_each(|k| f(*b, k));
+        }
+    }
+
     /// Every key in the map with its block ids (for invariant checks; sorted).
     pub fn cache_entries(&self) -> Vec<(BlockKey, Vec<u32>)> {
         let mut v: Vec<_> = self.cached.iter().map(|(k, ids)| (*k, ids.clone())).collect();

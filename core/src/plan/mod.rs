@@ -12,7 +12,14 @@ mod validate;
 pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
 pub use steps::{BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
 pub use tokens::Tokens;
-pub use validate::{load_plan, PlanError};
+pub use validate::{load_plan, validate, PlanError};
 
 /// The plan format tag; bumped on any incompatible change.
 pub const PLAN_FORMAT: &str = "kvsim-plan/1";
+
+/// Nominal duration of one simulated step until the cost model replaces it: a fixed
+/// launch overhead plus a per-token term. It orders events and gives FPMs a wall time;
+/// it is not a performance prediction.
+pub fn nominal_step_ns(tokens: u64) -> u64 {
+    1_000_000 + 20 * tokens
+}

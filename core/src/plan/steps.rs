@@ -16,6 +16,10 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
     pub steps: Vec<Step>,
+    /// What the benchmark planner recorded about its points (regimes, timed steps,
+    /// prompt evidence); the artifact is rebuilt from it on replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub benchmark: Option<serde_json::Value>,
 }
 
 /// One scheduler step of one rank. Steps run in `step` order; within a step,
@@ -107,6 +111,9 @@ pub enum PlanOp {
     /// Outputs of earlier forwards are processed: placeholders land, fenced frees
     /// of processed steps are released.
     ProcessOutputs,
+    /// Synthetic ("fake") KV: mark the first `tokens` positions computed without a
+    /// forward pass; their blocks hold synthetic content (dynamo_fpm.md §1.10).
+    FakeCompute { req: String, tokens: u64 },
     /// Register a request's full blocks in the prefix cache (`cache_blocks`).
     CacheBlocks { req: String, num_tokens: u64 },
     /// Retire through `finish_requests`; fenced frees wait for the step's outputs.
@@ -206,6 +213,7 @@ impl Plan {
             scenario,
             faults: Vec::new(),
             steps: Vec::new(),
+            benchmark: None,
         }
     }
 }

@@ -6,7 +6,9 @@ mod conformance_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
 mod replay_cmd;
+mod replay_gpu;
 mod schema_cmd;
+mod sweep_cmd;
 mod trace_cmd;
 
 use std::process::ExitCode;
@@ -37,6 +39,10 @@ pub enum Command {
     Invariants(schema_cmd::InvariantsArgs),
     /// Fuzz the plan and kvtrace loaders and the executor; any panic is a failure.
     Fuzz(fuzz_cmd::FuzzArgs),
+    /// Run a built-in scenario's benchmark sweep on the simulator; write its artifact.
+    Sweep(sweep_cmd::SweepArgs),
+    /// List the built-in scenarios, one a line, name first.
+    Scenarios,
     /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
     BenchTraces(bench_cmd::BenchArgs),
 }
@@ -84,6 +90,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Schema(a) => schema_cmd::run(a),
         Command::Invariants(a) => schema_cmd::run_invariants(a),
         Command::Fuzz(a) => fuzz_cmd::run(a),
+        Command::Sweep(a) => sweep_cmd::run(a),
+        Command::Scenarios => sweep_cmd::run_scenarios(),
         Command::BenchTraces(a) => bench_cmd::run(a),
     }
 }

@@ -10,10 +10,13 @@ use kvsim_core::plan::load_plan;
 use super::{read_file, say, CliError};
 use crate::exec::{perfetto_json, run_plan, Outcome};
 use crate::output::write_atomic;
+use crate::sweep::{artifacts_for, rank_path};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
     Sim,
+    /// CUDA device 0 (kvsim-gpu): real paged KV, every read verified, every step timed.
+    Gpu,
 }
 
 #[derive(Args, Debug)]
@@ -32,6 +35,10 @@ pub struct ReplayArgs {
     /// Also write a Perfetto / Chrome trace here.
     #[arg(long)]
     pub perfetto: Option<PathBuf>,
+    /// For a sweep plan: write the rank artifacts (rank r > 0 to `<stem>_dp<r>.<ext>`),
+    /// byte-identical to what `kvsim sweep` wrote.
+    #[arg(long)]
+    pub artifact_out: Option<PathBuf>,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -43,6 +50,12 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
     let report = match a.backend {
         Backend::Sim => run_plan(&plan),
+        Backend::Gpu => {
+            if a.trace.is_some() || a.perfetto.is_some() {
+                return Err(CliError::Input("--trace and --perfetto are for the sim backend".into()));
+            }
+            return super::replay_gpu::run(&plan, &a.out);
+        }
     };
     let mut result = serde_json::to_string_pretty(&report.to_json()).expect("results serialize");
     result.push('\n');
@@ -57,6 +70,19 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
                 .expect("serializes")
                 .as_bytes(),
         )?;
+    }
+    if let Some(p) = &a.artifact_out {
+        if plan.benchmark.is_none() {
+            return Err(CliError::Input(format!(
+                "{} is not a sweep plan: it has no benchmark record",
+                a.plan.display()
+            )));
+        }
+        for (rank, art) in artifacts_for(&plan, &report).unwrap_or_default().iter().enumerate() {
+            let mut text = serde_json::to_string_pretty(art).expect("artifacts serialize");
+            text.push('\n');
+            write(&rank_path(p, rank as u32), text.as_bytes())?;
+        }
     }
     match &report.outcome {
         Outcome::Passed => {

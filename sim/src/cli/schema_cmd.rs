@@ -11,6 +11,7 @@ use super::{say, CliError};
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Format {
     Plan,
+    Artifact,
 }
 
 #[derive(Args, Debug)]
@@ -21,6 +22,7 @@ pub struct SchemaArgs {
 pub fn run(a: SchemaArgs) -> Result<ExitCode, CliError> {
     let schema = match a.format {
         Format::Plan => schemars::schema_for!(Plan),
+        Format::Artifact => schemars::schema_for!(kvsim_core::fpm::artifact::RankArtifact),
     };
     say(serde_json::to_string_pretty(&schema).expect("schemas serialize"))?;
     Ok(ExitCode::SUCCESS)

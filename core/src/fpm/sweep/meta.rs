@@ -1,0 +1,72 @@
+//! What the planner records about each measured execution, inside the plan, so
+//! the artifact can be rebuilt from the plan alone (replay ⇒ same bytes).
+
+use serde::{Deserialize, Serialize};
+
+use crate::fpm::grid::BenchmarkPoint;
+
+/// One prompt's evidence: token ids as little-endian u32, SHA-256 (dynamo_fpm.md §6.6).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptEvidence {
+    pub slot: u64,
+    pub num_tokens: u64,
+    pub sha256: String,
+}
+
+/// A `kvwarm.capacity_fallbacks` entry (seed 000: per execution, with benchmark_id).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityFallback {
+    pub benchmark_id: Option<u64>,
+    pub batch: u64,
+    pub depth: u64,
+    pub required_blocks: u64,
+    pub usable_blocks: u64,
+    pub total_kv_read_tokens: u64,
+}
+
+/// One decode execution on one rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    pub rank: u32,
+    pub point: BenchmarkPoint,
+    pub kv_seed_regime: String,
+    /// The timed steps: admission first, then the steady steps.
+    pub timed_steps: Vec<u64>,
+    /// Scheduled decode KV per timed step (`sum_decode_kv_tokens`) and its variance.
+    pub decode_kv_tokens: Vec<u64>,
+    pub decode_kv_variance: Vec<f64>,
+    pub prompts: Vec<PromptEvidence>,
+    /// Untimed prefill tokens spent warming this execution (native only).
+    pub warm_prefill_tokens: u64,
+}
+
+/// A `kvwarm.stages[]` entry (§5.3).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub rank: u32,
+    pub benchmark_id: u64,
+    pub batch: u64,
+    pub depth: u64,
+    pub steps: u64,
+}
+
+/// The planner's record, stored in `Plan::benchmark`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkMeta {
+    pub scenario: String,
+    pub requested_strategy: String,
+    pub enabled: bool,
+    pub warm_eligible: Option<bool>,
+    pub skip_reason: Option<String>,
+    pub initialization_strategy: Option<String>,
+    pub grid_digest: String,
+    pub expected_points: u64,
+    pub giant_kv_threshold: u64,
+    pub giant_kv_repeats: u64,
+    pub usable_blocks: u64,
+    pub executions: Vec<ExecutionRecord>,
+    pub stages: Vec<StageRecord>,
+    pub capacity_fallbacks: Vec<CapacityFallback>,
+    pub untimed_prefill_tokens: u64,
+    pub config: serde_json::Value,
+}

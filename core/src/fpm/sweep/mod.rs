@@ -1,0 +1,298 @@
+//! Sweep planners: drive the engine online, step by step, and record what they
+//! did as a plan. Part I: synthetic ("fake") KV and native exact-context warm-up
+//! (seed 000); shared-prefix chains arrive with part II.
+
+mod meta;
+mod ops;
+
+pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, StageRecord};
+
+use sha2::{Digest, Sha256};
+
+use super::capacity::{native_footprint, LayoutNeed};
+use super::gate::{auto_strategy, gate, GateVerdict, Strategy};
+use super::grid::{
+    build_grid, decode_admission, decode_step_plan, BenchmarkPoint, DecodeStepInput, GiantKvPolicy, PointType,
+    SampleReason,
+};
+use super::scenarios::BuiltinScenario;
+use crate::plan::{Plan, PlanOp, Step, Tokens};
+use ops::{decode_step, fake_injection, native_prefill, retire};
+
+/// Why a sweep cannot be planned (bad strategy or scenario: exit code 2).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SweepError(pub String);
+
+/// A planned sweep: the plan to run and the planner's record.
+pub struct SweepPlan {
+    pub plan: Plan,
+    pub meta: BenchmarkMeta,
+}
+
+/// SHA-256 of token ids encoded as little-endian u32 (§6.6 `prompt_hash_encoding`).
+pub fn prompt_sha256(tokens: &[u64]) -> String {
+    let mut h = Sha256::new();
+    for &t in tokens {
+        h.update((t as u32).to_le_bytes());
+    }
+    hex(&h.finalize())
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn variance(v: &[u64]) -> f64 {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().sum::<u64>() as f64 / n;
+    v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n
+}
+
+/// How one execution gets its KV.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kv {
+    Native,
+    Fake,
+}
+
+struct Planner<'a> {
+    s: &'a BuiltinScenario,
+    steps: Vec<Step>,
+    next_step: u64,
+    meta: BenchmarkMeta,
+}
+
+impl Planner<'_> {
+    /// Append one lock-step step: `ops_for(rank)` gives each rank's ops.
+    fn step(&mut self, ops_for: impl Fn(u32) -> Vec<PlanOp>) -> u64 {
+        let step = self.next_step;
+        for rank in 0..self.s.scenario.dp_ranks {
+            self.steps.push(Step {
+                step,
+                rank,
+                ops: ops_for(rank),
+            });
+        }
+        self.next_step += 1;
+        step
+    }
+}
+
+/// Plan a whole decode sweep of `s` under `requested` (`None` = auto).
+pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<SweepPlan, SweepError> {
+    let verdict = gate(s);
+    let chosen = choose(s, &verdict, requested)?;
+    let need = LayoutNeed::new(s.scenario.kv_config());
+    let cfg = s.grid_config();
+    let grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
+    let usable = cfg.capacity.usable_blocks_with_watermark;
+    let enabled = requested != Some(Strategy::Synthetic);
+    let meta = BenchmarkMeta {
+        scenario: s.name.clone(),
+        requested_strategy: requested.map_or("auto".into(), |r| format!("{r:?}").to_lowercase()),
+        enabled,
+        warm_eligible: enabled.then_some(verdict.skip_reason.is_none()),
+        skip_reason: if enabled { verdict.skip_reason.clone() } else { None },
+        // DECISION: until shared-prefix chains exist (FPM model II), a chain-eligible
+        // configuration under `auto` falls back to synthetic KV: no initialization strategy.
+        initialization_strategy: chosen
+            .filter(|c| *c != Strategy::Chain)
+            .and_then(Strategy::initialization_strategy)
+            .map(str::to_string),
+        grid_digest: grid.digest.clone(),
+        expected_points: grid.expected_points,
+        giant_kv_threshold: s.bench.giant_kv_threshold,
+        giant_kv_repeats: s.bench.giant_kv_repeats,
+        usable_blocks: usable,
+        executions: Vec::new(),
+        stages: Vec::new(),
+        capacity_fallbacks: Vec::new(),
+        untimed_prefill_tokens: 0,
+        config: serde_json::to_value(&s.bench).expect("settings serialize"),
+    };
+    let mut p = Planner {
+        s,
+        steps: Vec::new(),
+        next_step: 0,
+        meta,
+    };
+    let native_need = LayoutNeed {
+        native_reserve: true,
+        ..need.clone()
+    };
+    for entry in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
+        let point = &entry.point;
+        let adm =
+            decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
+        let mut kv = if chosen == Some(Strategy::Native) {
+            Kv::Native
+        } else {
+            Kv::Fake
+        };
+        let policy = GiantKvPolicy {
+            threshold_tokens: s.bench.giant_kv_threshold,
+            repeats: s.bench.giant_kv_repeats,
+        };
+        let steps_for = |real: bool| {
+            decode_step_plan(
+                DecodeStepInput {
+                    kvwarm_enabled: enabled,
+                    kvwarm_real: real,
+                    total_kv_read_tokens: point.total_kv_read_tokens,
+                    injected_lengths: &adm.injected_lengths,
+                    max_model_len: s.scenario.scheduler.max_model_len,
+                    usable_blocks_with_watermark: usable,
+                },
+                policy,
+                &need,
+            )
+        };
+        let mut plan_steps = steps_for(kv == Kv::Native);
+        if kv == Kv::Native {
+            let required = native_footprint(&native_need, &adm.injected_lengths, plan_steps.expected_fpms);
+            if required > usable {
+                // A point whose footprint exceeds the pool is measured on synthetic KV (seed 000).
+                kv = Kv::Fake;
+                plan_steps = steps_for(false);
+                p.meta.capacity_fallbacks.push(CapacityFallback {
+                    benchmark_id: Some(point.benchmark_id),
+                    batch: point.batch_size,
+                    depth: adm.injected_lengths.iter().copied().max().unwrap_or(0),
+                    required_blocks: required,
+                    usable_blocks: usable,
+                    total_kv_read_tokens: point.total_kv_read_tokens,
+                });
+            }
+        }
+        let mut point = point.clone();
+        if adm.context_clamped {
+            point.total_kv_read_tokens = adm.steady_kv_tokens;
+            point.sample_reasons.push(SampleReason::ContextClamped);
+        }
+        let regime = regime(&verdict, chosen, enabled, kv, &mut point);
+        plan_execution(&mut p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
+    }
+    p.step(|_| {
+        vec![
+            PlanOp::ProcessOutputs,
+            PlanOp::ResetPrefixCache { expect: Some(true) },
+            PlanOp::EndSweep,
+        ]
+    });
+    let mut plan = Plan::new(s.scenario.clone());
+    plan.steps = p.steps;
+    plan.benchmark = Some(serde_json::to_value(&p.meta).expect("meta serializes"));
+    Ok(SweepPlan { plan, meta: p.meta })
+}
+
+fn choose(s: &BuiltinScenario, v: &GateVerdict, requested: Option<Strategy>) -> Result<Option<Strategy>, SweepError> {
+    match requested {
+        None => Ok(auto_strategy(v)),
+        Some(Strategy::Synthetic) => Ok(Some(Strategy::Synthetic)),
+        Some(Strategy::Native) if v.native => Ok(Some(Strategy::Native)),
+        Some(Strategy::Native) => Err(SweepError(format!(
+            "strategy native does not apply to scenario {}: its layout needs a window or state group and experts or state layers",
+            s.name
+        ))),
+        Some(Strategy::Chain) => Err(SweepError("strategy chain is not implemented yet (FPM model II)".into())),
+    }
+}
+
+/// `kv_seed_regime` and the stamp on the point's reasons (§5.2, seed 000).
+fn regime(v: &GateVerdict, chosen: Option<Strategy>, enabled: bool, kv: Kv, point: &mut BenchmarkPoint) -> String {
+    if !enabled {
+        return "legacy".into();
+    }
+    if let Some(reason) = &v.skip_reason {
+        // Gate-rejected configurations are not stamped (seed 000): skip:<reason>.
+        return format!("skip:{reason}");
+    }
+    if kv == Kv::Native && chosen == Some(Strategy::Native) {
+        point.sample_reasons.push(SampleReason::KvwarmRealKv);
+        "real_kv".into()
+    } else {
+        point.sample_reasons.push(SampleReason::KvwarmFakeFallback);
+        "fake_fallback".into()
+    }
+}
+
+fn plan_execution(
+    p: &mut Planner<'_>,
+    point: BenchmarkPoint,
+    regime: String,
+    kv: Kv,
+    injected: &[u64],
+    extra_steps: u64,
+) -> Result<(), SweepError> {
+    let id = point.benchmark_id;
+    let vocab = p.s.scenario.model.vocab_size;
+    let salt = |rank: u32, slot: usize| format!("point{id}:dp{rank}:slot{slot}");
+    let req = |rank: u32, slot: usize| format!("p{id}.r{rank}.s{slot}");
+    let prompt_len = |len: u64| if kv == Kv::Native { len } else { len + 1 };
+    let prompts = |rank: u32| -> Vec<PromptEvidence> {
+        injected
+            .iter()
+            .enumerate()
+            .map(|(slot, &len)| {
+                let t = Tokens::Salted {
+                    salt: salt(rank, slot),
+                    len: prompt_len(len),
+                    vocab,
+                }
+                .materialise();
+                PromptEvidence {
+                    slot: slot as u64,
+                    num_tokens: t.len() as u64,
+                    sha256: prompt_sha256(&t),
+                }
+            })
+            .collect()
+    };
+    let first_step = p.next_step;
+    let warm = match kv {
+        Kv::Native => native_prefill(p, injected, &salt, &req, vocab),
+        Kv::Fake => {
+            p.step(|rank| fake_injection(injected, rank, &salt, &req, vocab));
+            0
+        }
+    };
+    let mut timed = Vec::new();
+    let mut kv_tokens = Vec::new();
+    let mut variances = Vec::new();
+    for k in 0..=extra_steps {
+        let admission = k == 0;
+        let schedule = !(admission && kv == Kv::Fake);
+        timed.push(p.step(|rank| decode_step(injected.len(), rank, id, admission, schedule, &req)));
+        let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
+        kv_tokens.push(ctx.iter().sum());
+        variances.push(variance(&ctx));
+    }
+    p.step(|rank| retire(injected.len(), rank, &req));
+    if kv == Kv::Native {
+        let steps = p.next_step - first_step;
+        for rank in 0..p.s.scenario.dp_ranks {
+            p.meta.stages.push(StageRecord {
+                rank,
+                benchmark_id: id,
+                batch: point.batch_size,
+                depth: injected.iter().copied().max().unwrap_or(0),
+                steps,
+            });
+        }
+        p.meta.untimed_prefill_tokens += warm;
+    }
+    for rank in 0..p.s.scenario.dp_ranks {
+        p.meta.executions.push(ExecutionRecord {
+            rank,
+            point: point.clone(),
+            kv_seed_regime: regime.clone(),
+            timed_steps: timed.clone(),
+            decode_kv_tokens: kv_tokens.clone(),
+            decode_kv_variance: variances.clone(),
+            prompts: prompts(rank),
+            warm_prefill_tokens: if kv == Kv::Native { warm } else { 0 },
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! The op sequences of one decode execution (dynamo_fpm.md §1.10; seed 000).
+
+use super::Planner;
+use crate::plan::{BatchEntry, PlanOp, Tokens};
+
+/// A deterministic stand-in for a sampled token.
+fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
+    let t = Tokens::Salted {
+        salt: format!("{req}:sample"),
+        len: k + 1,
+        vocab,
+    };
+    t.materialise()[k as usize]
+}
+
+/// Native exact-context warm-up: prefill each request's `ctx − 1` prompt through
+/// the normal scheduler, chunked by the token budget (chunks end on block
+/// boundaries so align-mode state groups split as vLLM's scheduler does).
+/// Returns the untimed prefill tokens.
+pub(super) fn native_prefill(
+    p: &mut Planner<'_>,
+    injected: &[u64],
+    salt: &dyn Fn(u32, usize) -> String,
+    req: &dyn Fn(u32, usize) -> String,
+    vocab: u64,
+) -> u64 {
+    let budget = p.s.scenario.scheduler.max_num_batched_tokens;
+    let block = p.s.scenario.kv_config().scheduler_block_size();
+    let mut done = vec![0u64; injected.len()];
+    let mut first = true;
+    while done.iter().zip(injected).any(|(d, l)| d < l) {
+        let mut left = budget;
+        let mut chunks: Vec<(usize, u64)> = Vec::new();
+        for (slot, (&d, &len)) in done.iter().zip(injected).enumerate() {
+            if d >= len || left == 0 {
+                continue;
+            }
+            let mut n = (len - d).min(left);
+            if d + n < len {
+                n = n / block * block;
+                if n == 0 {
+                    break;
+                }
+            }
+            chunks.push((slot, n));
+            left -= n;
+        }
+        let add = first;
+        let (chunks_ref, done_ref) = (&chunks, &done);
+        p.step(|rank| {
+            let mut ops = Vec::new();
+            if add {
+                for (slot, &len) in injected.iter().enumerate() {
+                    let prompt = Tokens::Salted {
+                        salt: salt(rank, slot),
+                        len,
+                        vocab,
+                    };
+                    ops.push(PlanOp::AddRequest {
+                        req: req(rank, slot),
+                        prompt,
+                        cache_salt: Some(salt(rank, slot)),
+                    });
+                }
+            }
+            let mut batch = Vec::new();
+            for &(slot, n) in chunks_ref {
+                let r = req(rank, slot);
+                let admitting = done_ref[slot] == 0;
+                ops.push(PlanOp::Schedule {
+                    req: r.clone(),
+                    num_new_tokens: n,
+                    use_prefix_cache: true,
+                    full_sequence_must_fit: admitting,
+                    delay_cache_blocks: false,
+                    expect: Default::default(),
+                });
+                let completes = done_ref[slot] + n == injected[slot];
+                let output = if completes { vec![sampled(&r, 0, vocab)] } else { vec![] };
+                batch.push(BatchEntry {
+                    req: r,
+                    tokens: n,
+                    output,
+                });
+            }
+            ops.push(PlanOp::Forward { batch });
+            ops.push(PlanOp::ProcessOutputs);
+            ops
+        });
+        for &(slot, n) in &chunks {
+            done[slot] += n;
+        }
+        first = false;
+    }
+    injected.iter().sum()
+}
+
+/// Synthetic injection in the untimed window: prompt ctx−1+1 tokens, slots for all
+/// of them, ctx−1 computed on synthetic KV, blocks registered (§1.10).
+pub(super) fn fake_injection(
+    injected: &[u64],
+    rank: u32,
+    salt: &dyn Fn(u32, usize) -> String,
+    req: &dyn Fn(u32, usize) -> String,
+    vocab: u64,
+) -> Vec<PlanOp> {
+    let mut ops = Vec::new();
+    for (slot, &len) in injected.iter().enumerate() {
+        let r = req(rank, slot);
+        let prompt = Tokens::Salted {
+            salt: salt(rank, slot),
+            len: len + 1,
+            vocab,
+        };
+        ops.push(PlanOp::AddRequest {
+            req: r.clone(),
+            prompt,
+            cache_salt: Some(salt(rank, slot)),
+        });
+        ops.push(PlanOp::Schedule {
+            req: r.clone(),
+            num_new_tokens: len + 1,
+            use_prefix_cache: true,
+            full_sequence_must_fit: true,
+            delay_cache_blocks: true,
+            expect: Default::default(),
+        });
+        ops.push(PlanOp::FakeCompute {
+            req: r.clone(),
+            tokens: len,
+        });
+        ops.push(PlanOp::CacheBlocks {
+            req: r,
+            num_tokens: len,
+        });
+    }
+    ops
+}
+
+/// One timed decode step of every request of the execution.
+pub(super) fn decode_step(
+    batch: usize,
+    rank: u32,
+    point: u64,
+    admission: bool,
+    schedule: bool,
+    req: &dyn Fn(u32, usize) -> String,
+) -> Vec<PlanOp> {
+    let mut ops = Vec::new();
+    if admission {
+        ops.push(PlanOp::InjectPoint { point });
+    }
+    if schedule {
+        for slot in 0..batch {
+            ops.push(PlanOp::Schedule {
+                req: req(rank, slot),
+                num_new_tokens: 1,
+                use_prefix_cache: true,
+                full_sequence_must_fit: false,
+                delay_cache_blocks: true,
+                expect: Default::default(),
+            });
+        }
+    }
+    ops.push(PlanOp::BeginTimed { point });
+    let entries = (0..batch)
+        .map(|slot| BatchEntry {
+            req: req(rank, slot),
+            tokens: 1,
+            output: vec![1],
+        })
+        .collect();
+    ops.push(PlanOp::Forward { batch: entries });
+    ops.push(PlanOp::EndTimed { point });
+    ops.push(PlanOp::ProcessOutputs);
+    ops
+}
+
+/// Retire the execution's requests through the fence and drain it.
+pub(super) fn retire(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String) -> Vec<PlanOp> {
+    let mut ops: Vec<PlanOp> = (0..batch)
+        .map(|slot| PlanOp::Finish {
+            req: req(rank, slot),
+            fenced: true,
+        })
+        .collect();
+    ops.push(PlanOp::ProcessOutputs);
+    ops
+}

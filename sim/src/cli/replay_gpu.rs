@@ -1,0 +1,255 @@
+//! `kvsim replay PLAN --backend gpu --out FILE`: lower the plan (kvsim-gpu's `lower_plan`,
+//! block tables from the simulator's engine in lock-step), run it on CUDA device 0 with every
+//! read verified and every step timed, and write a `kvsim-replay/1` result with backend "gpu".
+//!
+//! Exit codes: 0 the device verified every read (and the plan matches the model), 1 a content
+//! violation or a plan/model mismatch, 2 no CUDA device (`no CUDA device: ...`), an unsupported
+//! scenario or a CUDA error.
+
+use std::process::ExitCode;
+
+use kvsim_core::plan::Plan;
+use kvsim_gpu::executor::ExecReport;
+use kvsim_gpu::lower::AttnKernel;
+use kvsim_gpu::{lower_plan, no_device_reason, GpuError, GpuExecutor, LowerOptions, LoweredPlan};
+use serde_json::{json, Value};
+
+use super::{say, CliError};
+use crate::exec::{plan_hash, run_plan, Outcome};
+
+/// Bytes of the device-to-device copy that gives the reference bandwidth.
+const COPY_BYTES: usize = 512 << 20;
+
+fn gpu_err(e: GpuError) -> CliError {
+    match e {
+        GpuError::NoDevice(reason) => CliError::Input(format!("no CUDA device: {reason}")),
+        other => CliError::Input(format!("gpu backend: {other}")),
+    }
+}
+
+/// The kernel driver's version line (`/proc/driver/nvidia/version`), when there is one.
+fn driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let line = text.lines().next()?;
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..."
+    line.split_whitespace()
+        .find(|w| w.chars().filter(|&c| c == '.').count() >= 1 && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
+}
+
+fn us(ms: f32) -> f64 {
+    f64::from(ms) * 1000.0
+}
+
+fn gbps(bytes: u64, ms: f32) -> Option<f64> {
+    (ms > 0.0 && bytes > 0).then(|| bytes as f64 / (f64::from(ms) * 1e-3) / 1e9)
+}
+
+fn kernel_name(k: Option<AttnKernel>) -> String {
+    match k {
+        None => "state_update".into(),
+        Some(AttnKernel::Mma { head_dim, head_tile }) => format!("attn_mma (D {head_dim}, {head_tile} heads/CTA)"),
+        Some(AttnKernel::Latent { latent_dim, head_tile }) => {
+            format!("attn_latent (D {latent_dim}, {head_tile} heads/CTA)")
+        }
+        Some(AttnKernel::Generic { head_dim }) => format!("attn_generic (D {head_dim})"),
+    }
+}
+
+fn violations_json(l: &LoweredPlan, report: &ExecReport) -> Vec<Value> {
+    report
+        .violations
+        .iter()
+        .map(|v| {
+            let at = l.origins.get(v.step).and_then(|o| o.get(v.op)).copied();
+            let (rank, group) = l.plan_group(v.group);
+            let (_, req) = l.request(v.req);
+            json!({
+                "step": l.steps.get(v.step),
+                "rank": rank,
+                "op_index": at.map(|a| a.op_index),
+                "req": req,
+                "group": group,
+                "block": v.block.map(|b| b.0),
+                "position": v.position,
+                "device_step": v.step,
+                "device_op": v.op,
+                "detail": v.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Runs the plan on the GPU and writes the result; returns the exit code.
+pub fn run(plan: &Plan, out: &std::path::Path) -> Result<ExitCode, CliError> {
+    if let Some(reason) = no_device_reason() {
+        return Err(CliError::Input(format!("no CUDA device: {reason}")));
+    }
+    let hash = plan_hash(plan);
+    let lowered = lower_plan(plan, &LowerOptions::default()).map_err(|e| CliError::Input(e.to_string()))?;
+    let sim = run_plan(plan);
+    let mut exec = GpuExecutor::new(lowered.program.layout.clone()).map_err(gpu_err)?;
+    let opts = kvsim_gpu::ExecOptions {
+        seed: plan.scenario.seed,
+        ..kvsim_gpu::ExecOptions::default()
+    };
+    let report = exec.execute(&lowered.program, &opts).map_err(gpu_err)?;
+    let copy = exec.bench_copy(COPY_BYTES, 3, 10).map_err(gpu_err)?;
+    let copy_gbps = copy.gbps();
+    let info = exec.info().clone();
+
+    let kv_bytes = lowered.decode_kv_bytes_per_step();
+    let steps: Vec<Value> = report
+        .steps
+        .iter()
+        .map(|t| {
+            let bytes = kv_bytes.get(t.step).copied().unwrap_or(0);
+            json!({
+                "step": lowered.steps.get(t.step),
+                "device_us": us(t.device_ms),
+                "host_us": t.host_ns as f64 / 1000.0,
+                "decode_kv_bytes": bytes,
+                "kv_gbps": gbps(bytes, t.device_ms),
+            })
+        })
+        .collect();
+    let points: Vec<Value> = report
+        .points
+        .iter()
+        .map(|p| {
+            let bytes: u64 = kv_bytes.get(p.step_begin..=p.step_end).map_or(0, |s| s.iter().sum());
+            json!({
+                "point": p.point.0,
+                "step_begin": lowered.steps.get(p.step_begin),
+                "step_end": lowered.steps.get(p.step_end),
+                "device_us": us(p.device_ms),
+                "host_us": p.host_ns as f64 / 1000.0,
+                "decode_kv_bytes": bytes,
+                "kv_gbps": gbps(bytes, p.device_ms),
+            })
+        })
+        .collect();
+    let decode_only = kvsim_gpu::lower_plan::decode_only_steps(&lowered.program);
+    let (mut total_bytes, mut decode_ms, mut decode_steps) = (0u64, 0f32, 0usize);
+    for t in &report.steps {
+        if decode_only.get(t.step).copied().unwrap_or(false) {
+            total_bytes += kv_bytes.get(t.step).copied().unwrap_or(0);
+            decode_ms += t.device_ms;
+            decode_steps += 1;
+        }
+    }
+    let achieved = gbps(total_bytes, decode_ms);
+    let layout: Vec<Value> = lowered
+        .program
+        .layout
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let (rank, group) = lowered.plan_group(kvsim_gpu::GroupId(i as u32));
+            json!({
+                "rank": rank, "group": group, "kind": g.kind.name(), "block_size": g.block_size_tokens,
+                "layers": g.layers, "kv_heads": g.kv_heads, "q_heads": g.q_heads, "head_dim": g.head_dim,
+                "blocks": g.blocks_total, "pool_bytes": g.pool_bytes(),
+                "kernel": kernel_name(AttnKernel::for_group(g)),
+            })
+        })
+        .collect();
+    let violations = violations_json(&lowered, &report);
+    let verified = report.violations.is_empty();
+    let sim_first = match &sim.outcome {
+        Outcome::Passed => None,
+        Outcome::Violation(f) | Outcome::Mismatch(f) => Some((f.step, f.invariant.clone())),
+    };
+    let gpu_first = violations.first().and_then(|v| v["step"].as_u64());
+    let outcome = match (&lowered.mismatch, verified) {
+        (Some((at, detail)), _) => json!({"result": "mismatch", "step": at.step, "rank": at.rank,
+            "op_index": at.op_index, "detail": detail}),
+        (None, true) => json!({"result": "passed"}),
+        (None, false) => json!({"result": "violation", "first": violations[0]}),
+    };
+    let result = json!({
+        "format": "kvsim-replay/1",
+        "backend": "gpu",
+        "plan_hash": hash,
+        "outcome": outcome,
+        "device": {
+            "name": info.name,
+            "compute_capability": format!("{}.{}", info.compute_capability.0, info.compute_capability.1),
+            "sm_count": info.sm_count,
+            "l2_bytes": info.l2_bytes,
+            "memory_bytes": info.total_mem_bytes,
+            "driver_version": driver_version(),
+            "driver_cuda_version": format!("{}.{}", info.driver_cuda_version / 1000, info.driver_cuda_version % 1000 / 10),
+            "nvrtc_version": format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
+        },
+        "verification": {
+            "passed": verified,
+            "rows_verified": report.rows_verified,
+            "violations": violations,
+        },
+        "simulator": {
+            "outcome": sim.outcome,
+            "first_finding_step": sim_first.as_ref().map(|f| f.0),
+            "first_finding_invariant": sim_first.as_ref().and_then(|f| f.1.clone()),
+            "violations_seen_while_lowering": lowered.sim_violations.iter().map(|f| json!({
+                "step": f.at.step, "rank": f.at.rank, "op_index": f.at.op_index,
+                "invariant": f.invariant, "detail": f.detail})).collect::<Vec<_>>(),
+        },
+        "gpu_first_violation_step": gpu_first,
+        "steps": steps,
+        "points": points,
+        "bandwidth": {
+            "decode_only_steps": decode_steps,
+            "decode_kv_bytes": total_bytes,
+            "decode_steps_device_us": us(decode_ms),
+            "achieved_gbps": achieved,
+            "copy_gbps": copy_gbps,
+            "percent_of_copy": achieved.map(|a| 100.0 * a / copy_gbps),
+            "note": "K/V bytes the decode attention reads over the device time of the decode-only steps (every prefill in them writes one token; their K/V writes, zero/copy and MoE are in the time); copy = cuMemcpyDtoD of 512 MiB, read + write, median of 10",
+        },
+        "layout": layout,
+        "notes": lowered.notes,
+    });
+    let mut text = serde_json::to_string_pretty(&result).expect("results serialize");
+    text.push('\n');
+    crate::output::write_atomic(out, text.as_bytes())
+        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", out.display())))?;
+    let sim_line = match &sim_first {
+        None => "simulator: passed".to_string(),
+        Some((step, inv)) => format!(
+            "simulator: {} at step {step}",
+            inv.as_deref().unwrap_or("PLAN-MISMATCH")
+        ),
+    };
+    if let Some((at, detail)) = &lowered.mismatch {
+        say(format_args!(
+            "FAILED PLAN-MISMATCH at step {} rank {} op {}: {detail} ({sim_line})",
+            at.step, at.rank, at.op_index
+        ))?;
+        return Ok(ExitCode::from(1));
+    }
+    if verified {
+        say(format_args!(
+            "passed on {}: {} steps, {} rows verified, plan {hash} ({sim_line})",
+            info.name,
+            report.steps.len(),
+            report.rows_verified
+        ))?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        say(format_args!(
+            "FAILED content verification on {}: {} violations, first: {} ({sim_line})",
+            info.name,
+            report.violations.len(),
+            violations[0]["detail"].as_str().unwrap_or("")
+        ))?;
+        for v in &violations {
+            say(format_args!(
+                "  plan step {} rank {} op {} req {} group {} block {} pos {}: {}",
+                v["step"], v["rank"], v["op_index"], v["req"], v["group"], v["block"], v["position"], v["detail"]
+            ))?;
+        }
+        Ok(ExitCode::from(1))
+    }
+}
