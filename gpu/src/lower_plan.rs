@@ -572,6 +572,19 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
                 };
                 let entries = match op {
                     PlanOp::Forward { batch } => lw.capture_forward(rank, e, batch),
+                    // DECISION: synthetic ("fake") KV is materialised on the device as if
+                    // prefilled from the request's own tokens, so replays of plans with
+                    // capacity fallbacks verify; a zero/constant-KV variant is issue 8's
+                    // content-sensitivity experiment.
+                    PlanOp::FakeCompute { req, tokens } => lw.capture_forward(
+                        rank,
+                        e,
+                        &[kvsim_core::plan::BatchEntry {
+                            req: req.clone(),
+                            tokens: *tokens,
+                            output: Vec::new(),
+                        }],
+                    ),
                     _ => Vec::new(),
                 };
                 let t = Instant::now();
@@ -594,7 +607,7 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
                     })),
                 }
                 match op {
-                    PlanOp::Forward { .. } => lw.lower_forward(rank, &entries),
+                    PlanOp::Forward { .. } | PlanOp::FakeCompute { .. } => lw.lower_forward(rank, &entries),
                     PlanOp::RegisterShadow { tail, groups, .. } => {
                         for (g, grp) in groups.iter().enumerate().filter(|(g, _)| *g < ng) {
                             let mut zero = Vec::new();

@@ -631,7 +631,31 @@ impl Engine {
         // The shadow decodes position ctx: it knows the chain's tokens up to and
         // including its input token there.
         let prompt = chain_tokens[..(ctx as usize + 1).min(chain_tokens.len())].to_vec();
-        let mut r = self.new_request(prompt, None);
+        let mut r = self.new_request(prompt.clone(), None);
+        // A copy-on-write of the chain's partial block at ctx: the shadow reads only
+        // positions below ctx, which hold the chain's tokens. When the source holds
+        // what the chain wrote there, the copy holds that prefix as the shadow sees it
+        // (dynamo_fpm.md §3.6); anything else is copied as is and fails the read.
+        if tail == TailMode::Cow {
+            let chain_computed = self.req(chain)?.req.num_computed_tokens;
+            for (g, grp) in groups.iter().enumerate() {
+                let (kind, bs) = (self.kv.config.groups[g].kind, self.kv.config.groups[g].block_size);
+                let (Some(src), Some(&dst)) = (grp.cow_from, grp.tail.first()) else {
+                    continue;
+                };
+                if matches!(kind, GroupKind::Mamba { .. }) || ctx % bs == 0 {
+                    continue;
+                }
+                let i = (ctx / bs) as usize;
+                let upto = ((i as u64 + 1) * bs).min(chain_computed) as usize;
+                let mut chain_prefix = super::content::PrefixHashes::new(bs);
+                if upto > i * bs as usize
+                    && self.content[src as usize] == Some(chain_prefix.block_tag(&chain_tokens, i, upto))
+                {
+                    self.content[dst as usize] = Some(r.prefix[g].block_tag(&prompt, i, ctx as usize));
+                }
+            }
+        }
         r.req.num_computed_tokens = ctx;
         r.req.status = RequestStatus::Running;
         r.shadow_of = Some((chain.to_string(), ctx));

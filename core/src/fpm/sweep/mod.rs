@@ -1,10 +1,12 @@
 //! Sweep planners: drive the engine online, step by step, and record what they
 //! did as a plan. Part I: synthetic ("fake") KV and native exact-context warm-up
-//! (seed 000); shared-prefix chains arrive with part II.
+//! (seed 000); shared-prefix chains with shadows (seed 001, FPM model II) in `chain`.
 
+mod chain;
 mod meta;
 mod ops;
 
+pub use chain::shadow_registration;
 pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, StageRecord};
 
 use sha2::{Digest, Sha256};
@@ -16,6 +18,7 @@ use super::grid::{
     SampleReason,
 };
 use super::scenarios::BuiltinScenario;
+use crate::engine::Engine;
 use crate::plan::{Plan, PlanOp, Step, Tokens};
 use ops::{decode_step, fake_injection, native_prefill, retire};
 
@@ -61,6 +64,10 @@ struct Planner<'a> {
     steps: Vec<Step>,
     next_step: u64,
     meta: BenchmarkMeta,
+    /// Chain planning drives one engine per rank online (`None` for part I planners).
+    engines: Option<Vec<Engine>>,
+    /// The first op the planner's own engine refused or judged (a planner bug).
+    error: Option<String>,
 }
 
 impl Planner<'_> {
@@ -68,11 +75,17 @@ impl Planner<'_> {
     fn step(&mut self, ops_for: impl Fn(u32) -> Vec<PlanOp>) -> u64 {
         let step = self.next_step;
         for rank in 0..self.s.scenario.dp_ranks {
-            self.steps.push(Step {
-                step,
-                rank,
-                ops: ops_for(rank),
-            });
+            let ops = ops_for(rank);
+            if let Some(engines) = &mut self.engines {
+                let e = &mut engines[rank as usize];
+                e.begin_step();
+                for op in &ops {
+                    if let Err(m) = chain::apply_checked(e, op) {
+                        self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
+                    }
+                }
+            }
+            self.steps.push(Step { step, rank, ops });
         }
         self.next_step += 1;
         step
@@ -94,12 +107,7 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         enabled,
         warm_eligible: enabled.then_some(verdict.skip_reason.is_none()),
         skip_reason: if enabled { verdict.skip_reason.clone() } else { None },
-        // DECISION: until shared-prefix chains exist (FPM model II), a chain-eligible
-        // configuration under `auto` falls back to synthetic KV: no initialization strategy.
-        initialization_strategy: chosen
-            .filter(|c| *c != Strategy::Chain)
-            .and_then(Strategy::initialization_strategy)
-            .map(str::to_string),
+        initialization_strategy: chosen.and_then(Strategy::initialization_strategy).map(str::to_string),
         grid_digest: grid.digest.clone(),
         expected_points: grid.expected_points,
         giant_kv_threshold: s.bench.giant_kv_threshold,
@@ -116,7 +124,13 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         steps: Vec::new(),
         next_step: 0,
         meta,
+        engines: None,
+        error: None,
     };
+    if chosen == Some(Strategy::Chain) {
+        chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
+        return finish_sweep(p);
+    }
     let native_need = LayoutNeed {
         native_reserve: true,
         ..need.clone()
@@ -173,6 +187,12 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         let regime = regime(&verdict, chosen, enabled, kv, &mut point);
         plan_execution(&mut p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
     }
+    finish_sweep(p)
+}
+
+/// The final step: drain the fence, reset the prefix cache, end the sweep.
+fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
+    let s = p.s;
     p.step(|_| {
         vec![
             PlanOp::ProcessOutputs,
@@ -183,6 +203,9 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
     let mut plan = Plan::new(s.scenario.clone());
     plan.steps = p.steps;
     plan.benchmark = Some(serde_json::to_value(&p.meta).expect("meta serializes"));
+    if let Some(e) = p.error {
+        return Err(SweepError(format!("the chain planner's engine refused its own plan: {e}")));
+    }
     Ok(SweepPlan { plan, meta: p.meta })
 }
 
@@ -195,7 +218,12 @@ fn choose(s: &BuiltinScenario, v: &GateVerdict, requested: Option<Strategy>) -> 
             "strategy native does not apply to scenario {}: its layout needs a window or state group and experts or state layers",
             s.name
         ))),
-        Some(Strategy::Chain) => Err(SweepError("strategy chain is not implemented yet (FPM model II)".into())),
+        Some(Strategy::Chain) if v.chain => Ok(Some(Strategy::Chain)),
+        Some(Strategy::Chain) => Err(SweepError(format!(
+            "strategy chain does not apply to scenario {}: {}",
+            s.name,
+            chain_skip_reason(s)
+        ))),
     }
 }
 
