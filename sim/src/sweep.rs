@@ -8,7 +8,7 @@ use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::fpm::sweep::{plan_sweep, BenchmarkMeta, SweepError};
 use kvsim_core::plan::Plan;
 
-use crate::exec::{plan_hash, run_plan, RunReport};
+use crate::exec::{plan_hash, run_plan_with_progress, RunReport};
 
 pub struct SweepRun {
     pub plan: Plan,
@@ -28,8 +28,17 @@ pub fn artifacts_for(plan: &Plan, report: &RunReport) -> Option<Vec<RankArtifact
 }
 
 pub fn run_sweep(s: &BuiltinScenario, strategy: Option<Strategy>) -> Result<SweepRun, SweepError> {
+    run_sweep_with_progress(s, strategy, &mut |_, _| {})
+}
+
+/// `run_sweep` with a progress callback (ops done, ops total).
+pub fn run_sweep_with_progress(
+    s: &BuiltinScenario,
+    strategy: Option<Strategy>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SweepRun, SweepError> {
     let planned = plan_sweep(s, strategy)?;
-    let report = run_plan(&planned.plan);
+    let report = run_plan_with_progress(&planned.plan, progress);
     let artifacts = artifacts_for(&planned.plan, &report).unwrap_or_default();
     Ok(SweepRun {
         plan: planned.plan,

@@ -136,3 +136,107 @@ fn unknown_subcommands_and_flags_exit_2() {
         Some(2)
     );
 }
+
+#[test]
+fn scenarios_lists_one_a_line_name_first() {
+    let r = kvsim(&["scenarios"]);
+    assert_eq!(r.status.code(), Some(0));
+    let text = String::from_utf8(r.stdout).unwrap();
+    let names: Vec<&str> = text.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "inkling-tp4",
+            "glm53-flash",
+            "minimax-m27-ep",
+            "llama31-8b",
+            "gpt-oss-tp",
+            "deepseek-mla",
+            "inkling-tp4-dp2"
+        ]
+    );
+}
+
+#[test]
+fn sweep_rejects_bad_scenarios_and_flags_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("kvsim-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("a.json");
+    let o = out.to_str().unwrap();
+    for args in [
+        vec!["sweep", "--scenario", "no-such-model", "--out", o],
+        vec!["sweep", "--scenario", "llama31-8b", "--strategy", "magic", "--out", o],
+        vec!["sweep", "--scenario", "llama31-8b", "--strategy", "native", "--out", o],
+    ] {
+        let r = kvsim(&args);
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(!String::from_utf8_lossy(&r.stderr).contains("panicked"));
+    }
+    let scenario = |window: i64, pool: u32| {
+        format!(
+            r#"{{"name": "custom", "scenario": {{"name": "custom",
+              "model": {{"groups": [{{"kind": "full_attention", "block_size": 16, "layers": 2, "kv_heads": 2, "head_dim": 64}},
+                                  {{"kind": "sliding_window", "sliding_window": {window}, "block_size": 16, "layers": 2, "kv_heads": 2, "head_dim": 64}}],
+                        "experts": 8, "top_k": 2, "vocab_size": 1000}},
+              "pool_blocks": {pool}, "scheduler": {{"max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024, "enable_caching": true}},
+              "dp_ranks": 1, "seed": 1}},
+              "bench": {{"mode": "decode", "expert_parallel": false, "random_kda": false, "decode_capture_sizes": [1, 2],
+                        "samples": {{"decode_max_batch_size_samples": 2, "decode_max_kv_read_token_samples": 2}},
+                        "giant_kv_threshold": 1000000, "giant_kv_repeats": 3, "timeout_seconds": 900}}}}"#
+        )
+    };
+    for (name, body, needle) in [
+        ("window0.json", scenario(0, 400), "sliding_window"),
+        ("negative.json", scenario(-4, 400), "sliding_window"),
+        (
+            "tinypool.json",
+            scenario(8, 40),
+            "smaller than one max_model_len request",
+        ),
+    ] {
+        let f = tmp_file(name, &body);
+        let r = kvsim(&["sweep", "--scenario-file", f.to_str().unwrap(), "--out", o]);
+        assert_eq!(r.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+    assert!(!out.exists(), "nothing written on refusal");
+    let good = tmp_file("good.json", &scenario(8, 400));
+    let r = kvsim(&["sweep", "--scenario-file", good.to_str().unwrap(), "--out", o]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+#[test]
+fn a_sweep_plan_replays_to_the_same_artifact_bytes() {
+    let dir = std::env::temp_dir().join(format!("kvsim-sweep-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let r = kvsim(&[
+        "sweep",
+        "--scenario",
+        "gpt-oss-tp",
+        "--out",
+        &p("art.json"),
+        "--plan-out",
+        &p("plan.json"),
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = kvsim(&[
+        "replay",
+        &p("plan.json"),
+        "--out",
+        &p("result.json"),
+        "--artifact-out",
+        &p("again.json"),
+    ]);
+    assert_eq!(r.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read(p("art.json")).unwrap(),
+        std::fs::read(p("again.json")).unwrap()
+    );
+}

@@ -147,6 +147,9 @@ fn artifacts_match_the_reviewed_snapshots() {
         } else {
             strategies.push(("auto", None));
         }
+        if gate(&s).chain {
+            strategies.push(("chain", Some(Strategy::Chain)));
+        }
         for (label, strategy) in strategies {
             let run = sweep(&s, strategy);
             for (rank, art) in run.artifacts.iter().enumerate() {

@@ -12,7 +12,7 @@ use kvsim_core::fpm::scenarios::{builtin_scenarios, find_scenario, validate_scen
 use super::{say, CliError};
 use crate::exec::Outcome;
 use crate::output::write_atomic;
-use crate::sweep::{rank_path, run_sweep};
+use crate::sweep::{rank_path, run_sweep_with_progress};
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -59,7 +59,21 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
             a.strategy
         ))
     })?;
-    let run = run_sweep(&s, strategy).map_err(|e| CliError::Input(e.to_string()))?;
+    // A progress bar on a terminal; silent when stderr is a file or a pipe (CI).
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last = 0u64;
+    let mut progress = |done: u64, total: u64| {
+        let pct = done * 100 / total.max(1);
+        if tty && pct >= last + 2 {
+            last = pct;
+            let bar = "#".repeat((pct / 4) as usize);
+            eprint!("\r  sweeping [{bar:<25}] {pct:>3}% ({done}/{total} ops)");
+        }
+    };
+    let run = run_sweep_with_progress(&s, strategy, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
+    if tty {
+        eprintln!();
+    }
     if let Some(p) = &a.plan_out {
         let mut text = serde_json::to_string_pretty(&run.plan).expect("plans serialize");
         text.push('\n');
@@ -103,11 +117,11 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         .meta
         .executions
         .iter()
-        .filter(|e| e.rank == 0)
+        .filter(|e| e.rank == 0 && e.kv_seed_regime == "real_kv")
         .map(|e| e.point.total_kv_read_tokens)
         .sum();
     say(format_args!(
-        "  untimed warm-up prefill tokens: {} (Σ total_kv_read_tokens over decode executions: {kv_sum})",
+        "  untimed warm-up prefill tokens: {} (Σ total_kv_read_tokens over the real-KV executions: {kv_sum})",
         run.meta.untimed_prefill_tokens
     ))?;
     say(format_args!(

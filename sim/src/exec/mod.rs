@@ -18,6 +18,7 @@ use kvsim_core::plan::{nominal_step_ns, FaultSpec, Plan, PlanOp};
 use serde_json::json;
 
 pub use perfetto::perfetto_json;
+
 pub use report::{Finding, Outcome, RunReport, TraceEvent};
 
 /// Whether an op can change ref counts, the free queue, the prefix cache or a table.
@@ -87,6 +88,13 @@ fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut 
 
 /// Run a (validated) plan on the simulator.
 pub fn run_plan(plan: &Plan) -> RunReport {
+    run_plan_with_progress(plan, &mut |_, _| {})
+}
+
+/// `run_plan`, reporting (ops done, ops total) after every step (for progress bars;
+/// nothing of it reaches the report).
+pub fn run_plan_with_progress(plan: &Plan, progress: &mut dyn FnMut(u64, u64)) -> RunReport {
+    let total_ops: u64 = plan.steps.iter().map(|s| s.ops.len() as u64).sum();
     let s = &plan.scenario;
     let mut report = RunReport::new(plan_hash(plan));
     let mut engines: Vec<Engine> = match (0..s.dp_ranks).map(|r| Engine::new(s, r)).collect() {
@@ -162,6 +170,7 @@ pub fn run_plan(plan: &Plan) -> RunReport {
         }
         clock += nominal_step_ns(step_tokens);
         report.steps += 1;
+        progress(report.ops, total_ops);
     }
     let last = by_step.keys().next_back().copied().unwrap_or(0);
     report.finish(clock, last);

@@ -204,7 +204,9 @@ fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
     plan.steps = p.steps;
     plan.benchmark = Some(serde_json::to_value(&p.meta).expect("meta serializes"));
     if let Some(e) = p.error {
-        return Err(SweepError(format!("the chain planner's engine refused its own plan: {e}")));
+        return Err(SweepError(format!(
+            "the chain planner's engine refused its own plan: {e}"
+        )));
     }
     Ok(SweepPlan { plan, meta: p.meta })
 }
@@ -220,9 +222,8 @@ fn choose(s: &BuiltinScenario, v: &GateVerdict, requested: Option<Strategy>) -> 
         ))),
         Some(Strategy::Chain) if v.chain => Ok(Some(Strategy::Chain)),
         Some(Strategy::Chain) => Err(SweepError(format!(
-            "strategy chain does not apply to scenario {}: {}",
-            s.name,
-            chain_skip_reason(s)
+            "strategy chain does not apply to scenario {}: the shared-chain gate needs experts under expert parallelism (or random KDA), prefix caching and no recurrent state layers",
+            s.name
         ))),
     }
 }

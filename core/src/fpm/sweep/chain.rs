@@ -1,0 +1,545 @@
+//! Shared-prefix chains with shadows (dynamo_fpm.md §3; seed 001, FPM model II).
+//!
+//! Per batch rung B the planner builds B chains (real prefills of salted content,
+//! stable per (rank, chain index), so a deeper generation hits the previous one in
+//! the prefix cache and computes only the extension), parks them, and measures
+//! every covered point of the rung on shadows that borrow the chains' full blocks
+//! and own a private tail (§2.3, §3.5, §3.6). The planner drives one engine per
+//! rank online: every op is applied as it is built, so the tail block ids it
+//! records are the ones the pool hands out.
+
+use super::ops::{decode_step, retire};
+use super::{
+    plan_execution, prompt_sha256, variance, CapacityFallback, ExecutionRecord, Kv, Planner, PromptEvidence,
+    StageRecord, SweepError,
+};
+use crate::engine::{Engine, Mismatch};
+use crate::fpm::capacity::LayoutNeed;
+use crate::fpm::grid::{
+    decode_admission, decode_step_plan, BenchmarkPoint, BlockNeed, BlockNeedQuery, DecodeAdmission, DecodeStepInput,
+    GiantKvPolicy, Grid, GridConfig, PointType, SampleReason,
+};
+use crate::kv::GroupKind;
+use crate::plan::{BatchEntry, Expect, PlanOp, ShadowGroup, TailMode, Tokens};
+
+/// Apply one op the planner built to its own engine; a refusal or a planner
+/// violation means the planner is wrong.
+pub(super) fn apply_checked(e: &mut Engine, op: &PlanOp) -> Result<(), Mismatch> {
+    let out = e.apply(op)?;
+    match out.violations.first() {
+        None => Ok(()),
+        Some(v) => Err(Mismatch(format!("{}: {}", v.id, v.detail))),
+    }
+}
+
+/// One rank's ops of a step, applied to the rank's engine as they are built.
+struct Live<'a> {
+    e: &'a mut Engine,
+    ops: Vec<PlanOp>,
+    error: Option<String>,
+}
+
+impl Live<'_> {
+    fn op(&mut self, op: PlanOp) {
+        if self.error.is_none() {
+            if let Err(m) = apply_checked(self.e, &op) {
+                self.error = Some(m.0);
+            }
+        }
+        self.ops.push(op);
+    }
+}
+
+impl Planner<'_> {
+    /// A lock-step step whose ops depend on the live engine state.
+    fn step_live(&mut self, mut build: impl FnMut(u32, &mut Live<'_>)) -> u64 {
+        let step = self.next_step;
+        let mut engines = self.engines.take().expect("chain planning drives engines");
+        for rank in 0..self.s.scenario.dp_ranks {
+            let e = &mut engines[rank as usize];
+            e.begin_step();
+            let mut live = Live {
+                e,
+                ops: Vec::new(),
+                error: None,
+            };
+            build(rank, &mut live);
+            if let Some(m) = live.error {
+                self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
+            }
+            self.steps.push(crate::plan::Step {
+                step,
+                rank,
+                ops: live.ops,
+            });
+        }
+        self.engines = Some(engines);
+        self.next_step += 1;
+        step
+    }
+
+    fn engine(&self, rank: u32) -> &Engine {
+        &self.engines.as_ref().expect("chain planning drives engines")[rank as usize]
+    }
+}
+
+fn chain_salt(rank: u32, i: usize) -> String {
+    format!("chain:dp{rank}:c{i}")
+}
+
+fn chain_tokens(rank: u32, i: usize, len: u64, vocab: u64) -> Tokens {
+    Tokens::Salted {
+        salt: chain_salt(rank, i),
+        len,
+        vocab,
+    }
+}
+
+/// `_kvwarm_shadow_tail_blocks(repeats)` (§2.3): worst case per request, with
+/// `h = max(2, repeats)`, Σ over groups of `1 + ceil(h / bs)` (positional groups).
+pub fn shadow_tail_blocks(need: &LayoutNeed, repeats: u64) -> u64 {
+    let h = repeats.max(2);
+    need.config.groups.iter().map(|g| 1 + h.div_ceil(g.block_size)).sum()
+}
+
+/// Build the `register_shadow` op for `shadow` borrowing `chain` at `ctx` with
+/// `headroom` steady writes, from the engine's current state (§2.3, §3.6). All or
+/// nothing: every group's span and the pool shortfall are checked before anything
+/// is decided; a shortfall (or a chain too shallow) gives a failed op with no
+/// groups, which leaves the pool exactly as it was. The tail ids are the ones the
+/// pool hands out next (`get_new_blocks` pops the free queue's front; shared and
+/// CoW-source blocks are the chain's, so referencing them moves nothing).
+pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, headroom: u64, covered: bool) -> PlanOp {
+    let failed = || PlanOp::RegisterShadow {
+        shadow: shadow.to_string(),
+        chain: chain.to_string(),
+        ctx,
+        headroom,
+        tail: TailMode::Zero,
+        groups: Vec::new(),
+        ok: false,
+        covered,
+    };
+    let Some(c) = e.requests.get(chain) else {
+        return failed();
+    };
+    let tables = e.kv.get_block_ids(c.req.id);
+    // Phase 1: every group's span, before anything is drawn.
+    let mut spans = Vec::new();
+    for (g, grp) in e.kv.config.groups.iter().enumerate() {
+        if !matches!(grp.kind, GroupKind::FullAttention | GroupKind::Mla) {
+            // DECISION: only positional full-attention/MLA groups are borrowed (the
+            // chain gate rejects state layers; windows are not chain-eligible here).
+            return failed();
+        }
+        let bs = grp.block_size;
+        let n_shared = (ctx / bs) as usize;
+        let n_total = (ctx + 1 + headroom).div_ceil(bs) as usize;
+        if n_total > tables[g].len() {
+            // "chain … too shallow for shadow …" (§3.6; §8.2 bug 6).
+            return failed();
+        }
+        let cow_from = (ctx % bs != 0).then(|| tables[g][n_shared]);
+        spans.push((tables[g][..n_shared].to_vec(), n_total - n_shared, cow_from));
+    }
+    let total: usize = spans.iter().map(|s| s.1).sum();
+    if total > e.kv.pool.num_free_blocks() {
+        // `_kvwarm_shadow_pool_shortfall` > 0 (§3.5 step 2): register nothing.
+        return failed();
+    }
+    let mut fresh = e.kv.pool.free_queue().take(total);
+    let groups: Vec<ShadowGroup> = spans
+        .into_iter()
+        .map(|(shared, n, cow_from)| ShadowGroup {
+            shared,
+            tail: fresh.by_ref().take(n).collect(),
+            cow_from,
+        })
+        .collect();
+    let tail = if groups.iter().any(|g| g.cow_from.is_some()) {
+        TailMode::Cow
+    } else {
+        TailMode::Zero
+    };
+    PlanOp::RegisterShadow {
+        shadow: shadow.to_string(),
+        chain: chain.to_string(),
+        ctx,
+        headroom,
+        tail,
+        groups,
+        ok: true,
+        covered,
+    }
+}
+
+/// One decode point with its admission and whether the rung plan covers it.
+struct Point {
+    point: BenchmarkPoint,
+    adm: DecodeAdmission,
+    covered: bool,
+}
+
+/// The whole chain sweep: covered points rung by rung (chains built, parked,
+/// borrowed), then the uncovered ones on synthetic KV (§3.1 reorder #2).
+pub(super) fn plan_chain_sweep(
+    p: &mut Planner<'_>,
+    grid: &Grid,
+    cfg: &GridConfig,
+    need: &LayoutNeed,
+) -> Result<(), SweepError> {
+    let s = p.s;
+    let engines = (0..s.scenario.dp_ranks)
+        .map(|r| Engine::new(&s.scenario, r))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| SweepError(m.0))?;
+    p.engines = Some(engines);
+    let repeats = s.bench.giant_kv_repeats;
+    // §3.1 step 3 / §8.2 bug 6: margin = point need = 1 + repeats for every point
+    // (repeats floored at 1).
+    let point_need = 1 + repeats.max(1);
+    let depth_cap = s.scenario.scheduler.max_model_len.saturating_sub(4);
+    let tail = shadow_tail_blocks(need, repeats);
+    let blocks = |depth: u64| {
+        need.blocks_per_req(BlockNeedQuery {
+            num_tokens: depth,
+            has_cache_hit: false,
+            apply_admission_cap: true,
+        })
+    };
+    let mut points = Vec::new();
+    for entry in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
+        let adm = decode_admission(entry.point.batch_size, entry.point.total_kv_read_tokens)
+            .map_err(|e| SweepError(e.to_string()))?;
+        points.push(Point {
+            point: entry.point.clone(),
+            adm,
+            covered: false,
+        });
+    }
+    // Rung depths (§3.1 steps 3–4): want = min(max injected + margin, cap); the
+    // depth is trimmed until B chains plus B shadow tails fit the usable pool.
+    let mut rungs: Vec<(u64, u64)> = Vec::new();
+    for pt in &points {
+        let want = (pt.adm.injected_lengths.iter().copied().max().unwrap_or(1) + point_need).min(depth_cap);
+        match rungs.iter_mut().find(|(b, _)| *b == pt.point.batch_size) {
+            Some((_, d)) => *d = (*d).max(want),
+            None => rungs.push((pt.point.batch_size, want)),
+        }
+    }
+    let max_running = u64::from(s.scenario.scheduler.max_num_seqs);
+    for (b, depth) in rungs.iter_mut() {
+        let usable = cfg.grid_usable_blocks(*b, true);
+        let fits = |d: u64| (blocks(d) + tail) * *b <= usable;
+        if 2 * *b > max_running {
+            // V-E slot budget (§3.1 step 4; §8.2 bug 25): B parked chains and B
+            // shadows must fit max_num_running_reqs; the rung is dropped.
+            *depth = 0;
+        } else if !fits(*depth) {
+            // DECISION: the trim loop's result computed by bisection (footprints
+            // grow with depth); below depth 8 the rung falls back (V-C).
+            let (mut lo, mut hi) = (8u64, *depth);
+            if !fits(lo) {
+                *depth = 0;
+            } else {
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if fits(mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                *depth = lo;
+            }
+        }
+    }
+    let depth_of = |b: u64| rungs.iter().find(|(x, _)| *x == b).map_or(0, |r| r.1);
+    for pt in &mut points {
+        let depth = depth_of(pt.point.batch_size);
+        let max_inj = pt.adm.injected_lengths.iter().copied().max().unwrap_or(1);
+        // `_kvwarm_plan_covers` (§3.1).
+        pt.covered = depth > 0 && max_inj + point_need <= depth;
+        if !pt.covered {
+            let b = pt.point.batch_size;
+            let want = (max_inj + point_need).min(depth_cap);
+            let usable = cfg.grid_usable_blocks(b, true);
+            let required = (blocks(want) + tail) * b;
+            if required > usable {
+                p.meta.capacity_fallbacks.push(CapacityFallback {
+                    benchmark_id: Some(pt.point.benchmark_id),
+                    batch: b,
+                    depth: want,
+                    required_blocks: required,
+                    usable_blocks: usable,
+                    total_kv_read_tokens: pt.point.total_kv_read_tokens,
+                });
+            }
+        }
+    }
+    // Reorder #2 (§3.1 step 6): covered points first, then the fake ones, each in
+    // grid order; fake injection would evict the chains' cached blocks.
+    let mut stage: Option<(u64, u64)> = None; // (batch, generation)
+    let mut generation = 0u64;
+    for pt in points.iter().filter(|p| p.covered) {
+        let b = pt.point.batch_size;
+        if stage.map(|s| s.0) != Some(b) {
+            if let Some((ob, g)) = stage.take() {
+                shed_chains(p, g, ob as usize);
+            }
+            generation += 1;
+            build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id);
+            stage = Some((b, generation));
+        }
+        let (_, g) = stage.expect("a stage is active");
+        plan_shadow_execution(p, pt, g)?;
+    }
+    // Chains are shed before a fake-fallback point and at the end (§3.3, §3.7).
+    if let Some((ob, g)) = stage.take() {
+        shed_chains(p, g, ob as usize);
+    }
+    let usable = cfg.capacity.usable_blocks_with_watermark;
+    for pt in points.iter().filter(|p| !p.covered) {
+        let steps = decode_step_plan(
+            DecodeStepInput {
+                kvwarm_enabled: true,
+                kvwarm_real: false,
+                total_kv_read_tokens: pt.point.total_kv_read_tokens,
+                injected_lengths: &pt.adm.injected_lengths,
+                max_model_len: s.scenario.scheduler.max_model_len,
+                usable_blocks_with_watermark: usable,
+            },
+            GiantKvPolicy {
+                threshold_tokens: s.bench.giant_kv_threshold,
+                repeats,
+            },
+            need,
+        );
+        let mut point = pt.point.clone();
+        if pt.adm.context_clamped {
+            point.total_kv_read_tokens = pt.adm.steady_kv_tokens;
+            point.sample_reasons.push(SampleReason::ContextClamped);
+        }
+        point.sample_reasons.push(SampleReason::KvwarmFakeFallback);
+        plan_execution(
+            p,
+            point,
+            "fake_fallback".into(),
+            Kv::Fake,
+            &pt.adm.injected_lengths,
+            steps.extra_steps,
+        )?;
+    }
+    Ok(())
+}
+
+fn chain_id(generation: u64, rank: u32, i: usize) -> String {
+    format!("kvwarm_chain.g{generation}.dp{rank}.c{i}")
+}
+
+/// `_kvwarm_start_stage` + `_kvwarm_monitor_build` (§3.3, §3.4): add B chains of
+/// `depth` tokens, chunk-prefill them through the normal scheduler (each admission
+/// hits the previous generation's cached blocks), then wait until every chain has
+/// computed its prompt and has no output placeholder in flight (parked).
+fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, first_point: u64) {
+    let s = p.s;
+    let vocab = s.scenario.model.vocab_size;
+    let budget = s.scenario.scheduler.max_num_batched_tokens;
+    let first_step = p.next_step;
+    let mut added = false;
+    let mut computed_tokens = 0u64;
+    // Chains that never stop on their own: Dynamo's max_tokens=100_000 with
+    // ignore_eos; kvsim's chains produce one sampled token and are never decoded.
+    for _ in 0..100_000 {
+        let parked = added
+            && (0..s.scenario.dp_ranks).all(|rank| {
+                let e = p.engine(rank);
+                (0..batch).all(|i| {
+                    let r = &e.requests[&chain_id(generation, rank, i)].req;
+                    r.num_computed_tokens >= depth && r.num_output_placeholders == 0
+                })
+            });
+        if parked {
+            break;
+        }
+        let first = !added;
+        let mut step_tokens = 0u64;
+        p.step_live(|rank, live| {
+            if first {
+                for i in 0..batch {
+                    live.op(PlanOp::AddRequest {
+                        req: chain_id(generation, rank, i),
+                        prompt: chain_tokens(rank, i, depth, vocab),
+                        cache_salt: Some(chain_salt(rank, i)),
+                    });
+                }
+            }
+            let mut left = budget;
+            let mut fwd = Vec::new();
+            for i in 0..batch {
+                if left == 0 {
+                    break;
+                }
+                let id = chain_id(generation, rank, i);
+                let r = &live.e.requests[&id].req;
+                if r.num_computed_tokens >= depth {
+                    continue;
+                }
+                let admitting = r.num_computed_tokens == 0 && r.status != crate::kv::RequestStatus::Running;
+                let hit = if admitting {
+                    live.e.kv.get_computed_blocks(r).num_computed_tokens
+                } else {
+                    0
+                };
+                let n = (depth - r.num_computed_tokens - hit).min(left);
+                live.op(PlanOp::Schedule {
+                    req: id.clone(),
+                    num_new_tokens: n,
+                    use_prefix_cache: true,
+                    full_sequence_must_fit: admitting,
+                    delay_cache_blocks: false,
+                    expect: Expect {
+                        hit_tokens: admitting.then_some(hit),
+                        ..Default::default()
+                    },
+                });
+                left -= n;
+                let completes = live.e.requests[&id].req.num_computed_tokens + n >= depth;
+                fwd.push(BatchEntry {
+                    req: id,
+                    tokens: n,
+                    output: if completes { vec![1] } else { vec![] },
+                });
+            }
+            if rank == 0 {
+                step_tokens = fwd.iter().map(|b| b.tokens).sum();
+            }
+            if !fwd.is_empty() {
+                live.op(PlanOp::Forward { batch: fwd });
+            }
+            live.op(PlanOp::ProcessOutputs);
+        });
+        computed_tokens += step_tokens;
+        added = true;
+    }
+    let steps = p.next_step - first_step;
+    for rank in 0..s.scenario.dp_ranks {
+        p.meta.stages.push(StageRecord {
+            rank,
+            benchmark_id: first_point,
+            batch: batch as u64,
+            depth,
+            steps,
+        });
+    }
+    p.meta.untimed_prefill_tokens += computed_tokens;
+}
+
+/// `_kvwarm_shed_chains` (§3.7): retire every chain through `finish_requests`
+/// (fenced), then drain the fence before anything draws from the pool again.
+fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
+    p.step(|rank| {
+        let mut ops: Vec<PlanOp> = (0..batch)
+            .map(|i| PlanOp::Shed {
+                req: chain_id(generation, rank, i),
+                fenced: true,
+            })
+            .collect();
+        ops.push(PlanOp::ProcessOutputs);
+        ops
+    });
+}
+
+/// One covered point on shadows (§3.5, §1.10): register one shadow per request in
+/// the untimed injection step, release the CoW retentions there, then the timed
+/// admission and steady steps, then retire the shadows through the fence.
+fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Result<(), SweepError> {
+    let s = p.s;
+    let id = pt.point.benchmark_id;
+    let vocab = s.scenario.model.vocab_size;
+    let injected = &pt.adm.injected_lengths;
+    let need = LayoutNeed::new(s.scenario.kv_config());
+    let steps = decode_step_plan(
+        DecodeStepInput {
+            kvwarm_enabled: true,
+            kvwarm_real: true,
+            total_kv_read_tokens: pt.point.total_kv_read_tokens,
+            injected_lengths: injected,
+            max_model_len: s.scenario.scheduler.max_model_len,
+            usable_blocks_with_watermark: s.grid_config().capacity.usable_blocks_with_watermark,
+        },
+        GiantKvPolicy {
+            threshold_tokens: s.bench.giant_kv_threshold,
+            repeats: s.bench.giant_kv_repeats,
+        },
+        &need,
+    );
+    // `headroom = max(1, extra steps)` (§3.5 step 1).
+    let headroom = steps.extra_steps.max(1);
+    let req = |rank: u32, slot: usize| format!("p{id}.r{rank}.shadow{slot}");
+    let mut failed = false;
+    p.step_live(|rank, live| {
+        for (slot, &ctx) in injected.iter().enumerate() {
+            let op = shadow_registration(
+                live.e,
+                &req(rank, slot),
+                &chain_id(generation, rank, slot),
+                ctx,
+                headroom,
+                true,
+            );
+            failed |= matches!(op, PlanOp::RegisterShadow { ok: false, .. });
+            live.op(op);
+        }
+        // §3.6 / §8.2 bug 11: CoW retentions released in the injection window.
+        live.op(PlanOp::ReleaseCow);
+    });
+    if failed {
+        return Err(SweepError(format!(
+            "point {id}: a covered shadow failed to register (the plan did not reserve its tail)"
+        )));
+    }
+    let mut timed = Vec::new();
+    let mut kv_tokens = Vec::new();
+    let mut variances = Vec::new();
+    for k in 0..=steps.extra_steps {
+        // Shadows allocate nothing: their tails were registered up front (§1.10).
+        timed.push(p.step(|rank| decode_step(injected.len(), rank, id, k == 0, false, &req)));
+        let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
+        kv_tokens.push(ctx.iter().sum());
+        variances.push(variance(&ctx));
+    }
+    p.step(|rank| retire(injected.len(), rank, &req));
+    let mut point = pt.point.clone();
+    if pt.adm.context_clamped {
+        point.total_kv_read_tokens = pt.adm.steady_kv_tokens;
+        point.sample_reasons.push(SampleReason::ContextClamped);
+    }
+    point.sample_reasons.push(SampleReason::KvwarmRealKv);
+    for rank in 0..s.scenario.dp_ranks {
+        let prompts = injected
+            .iter()
+            .enumerate()
+            .map(|(slot, &ctx)| {
+                // The shadow's tokens: the chain's first ctx + 1 (§3.5 step 3).
+                let t = chain_tokens(rank, slot, ctx + 1, vocab).materialise();
+                PromptEvidence {
+                    slot: slot as u64,
+                    num_tokens: t.len() as u64,
+                    sha256: prompt_sha256(&t),
+                }
+            })
+            .collect();
+        p.meta.executions.push(ExecutionRecord {
+            rank,
+            point: point.clone(),
+            kv_seed_regime: "real_kv".into(),
+            timed_steps: timed.clone(),
+            decode_kv_tokens: kv_tokens.clone(),
+            decode_kv_variance: variances.clone(),
+            prompts,
+            warm_prefill_tokens: 0,
+        });
+    }
+    Ok(())
+}
