@@ -643,7 +643,7 @@ impl Engine {
                 let (Some(src), Some(&dst)) = (grp.cow_from, grp.tail.first()) else {
                     continue;
                 };
-                if matches!(kind, GroupKind::Mamba { .. }) || ctx % bs == 0 {
+                if matches!(kind, GroupKind::Mamba { .. }) || ctx.is_multiple_of(bs) {
                     continue;
                 }
                 let i = (ctx / bs) as usize;

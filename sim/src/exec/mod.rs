@@ -51,12 +51,11 @@ fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut 
                 e.deadline_passed = true;
                 events.push(format!("soft timeout at step {step}"));
             }
-            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank && e.requests.contains_key(req) => {
-                let _ = e.apply(&PlanOp::Finish {
-                    req: req.clone(),
-                    fenced: false,
-                });
-                events.push(format!("abort {req}"));
+            // finish_requests(ABORTED): an unknown or finished id is ignored.
+            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
+                if !e.finish_requests(&[req.as_str()], false).is_empty() {
+                    events.push(format!("abort {req}"));
+                }
             }
             FaultSpec::ShrinkPool {
                 step: s,

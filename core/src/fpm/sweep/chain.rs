@@ -139,7 +139,7 @@ pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, head
             // "chain … too shallow for shadow …" (§3.6; §8.2 bug 6).
             return failed();
         }
-        let cow_from = (ctx % bs != 0).then(|| tables[g][n_shared]);
+        let cow_from = (!ctx.is_multiple_of(bs)).then(|| tables[g][n_shared]);
         spans.push((tables[g][..n_shared].to_vec(), n_total - n_shared, cow_from));
     }
     let total: usize = spans.iter().map(|s| s.1).sum();
