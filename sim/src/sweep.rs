@@ -5,7 +5,7 @@
 use kvsim_core::fpm::artifact::{build_artifacts, RankArtifact};
 use kvsim_core::fpm::gate::Strategy;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
-use kvsim_core::fpm::sweep::{plan_sweep, BenchmarkMeta, SweepError};
+use kvsim_core::fpm::sweep::{plan_sweep_with, BenchmarkMeta, SweepError, SweepOptions};
 use kvsim_core::plan::Plan;
 
 use crate::exec::{plan_hash, run_plan_with_progress, RunReport};
@@ -28,16 +28,18 @@ pub fn artifacts_for(plan: &Plan, report: &RunReport) -> Option<Vec<RankArtifact
 }
 
 pub fn run_sweep(s: &BuiltinScenario, strategy: Option<Strategy>) -> Result<SweepRun, SweepError> {
-    run_sweep_with_progress(s, strategy, &mut |_, _| {})
+    run_sweep_with(s, strategy, &SweepOptions::default(), &mut |_, _| {})
 }
 
-/// `run_sweep` with a progress callback (ops done, ops total).
-pub fn run_sweep_with_progress(
+/// `run_sweep` with options (soft-timeout override, faults) and a progress
+/// callback (ops done, ops total).
+pub fn run_sweep_with(
     s: &BuiltinScenario,
     strategy: Option<Strategy>,
+    opts: &SweepOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SweepRun, SweepError> {
-    let planned = plan_sweep(s, strategy)?;
+    let planned = plan_sweep_with(s, strategy, opts)?;
     let report = run_plan_with_progress(&planned.plan, progress);
     let artifacts = artifacts_for(&planned.plan, &report).unwrap_or_default();
     Ok(SweepRun {

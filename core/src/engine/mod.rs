@@ -9,6 +9,7 @@
 
 mod apply;
 pub mod content;
+mod faults;
 mod lifecycle;
 
 use std::collections::{BTreeMap, BTreeSet};

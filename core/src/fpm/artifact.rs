@@ -240,12 +240,19 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
             let measured_s: f64 = groups.iter().map(|g| g["wall_time"].as_f64().unwrap_or(0.0)).sum();
             let elapsed = sim_time_ns as f64 / 1e9;
             let timing_valid = measured_s <= elapsed + 1e-12;
-            let complete = results.len() as u64 == meta.expected_points;
+            let complete = (results.len() + meta.skipped.len()) as u64 == meta.expected_points;
             let stages = meta
                 .stages
                 .iter()
                 .filter(|s| s.rank == rank)
-                .map(|s| json!({"batch": s.batch, "depth": s.depth, "benchmark_id": s.benchmark_id, "build_steps": s.steps}))
+                .map(|s| {
+                    let mut v = json!({"batch": s.batch, "depth": s.depth, "benchmark_id": s.benchmark_id, "build_steps": s.steps});
+                    if s.soft_timeout {
+                        // §5.3 stage detail key.
+                        v["soft_timeout"] = json!(true);
+                    }
+                    v
+                })
                 .collect();
             let s = &plan.scenario;
             RankArtifact {
@@ -269,7 +276,8 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                 status: if complete { "complete".into() } else { "partial".into() },
                 valid: complete && timing_valid,
                 usable: !results.is_empty() && timing_valid,
-                stop_reason: None,
+                // §1.12, §6.1: `"timeout"` only when the status is partial.
+                stop_reason: if complete { None } else { meta.stop_reason.clone() },
                 timing_valid,
                 run_id: plan_hash.to_string(),
                 grid_digest: meta.grid_digest.clone(),
@@ -278,7 +286,7 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                     "clock": "simulated (nominal step durations)"}),
                 dp: json!({"rank": rank, "size": ranks}),
                 synchronization: json!({"enabled": ranks > 1, "coordinator_rank": 0, "port": if ranks > 1 { json!(20380 + ranks) } else { Value::Null }}),
-                coverage: json!({"expected_points": meta.expected_points, "completed_points": results.len(), "skipped_points": 0}),
+                coverage: json!({"expected_points": meta.expected_points, "completed_points": results.len(), "skipped_points": meta.skipped.len()}),
                 config: meta.config.clone(),
                 limits: json!({"max_num_scheduled_tokens": s.scheduler.max_num_batched_tokens, "max_num_running_reqs": s.scheduler.max_num_seqs,
                     "max_model_len": s.scheduler.max_model_len, "block_size": s.kv_config().scheduler_block_size(),
@@ -288,7 +296,7 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                 synthetic_prompts: json!({"mode": if s.model.vocab_size > 1 { "salted_random" } else { "zeros" }, "vocab_size": s.model.vocab_size}),
                 results,
                 iteration_groups: groups,
-                skipped_points: Vec::new(),
+                skipped_points: meta.skipped.iter().map(|k| json!({"benchmark_id": k.benchmark_id, "reason": k.reason})).collect(),
                 missing_phases: Vec::new(),
                 error: None,
             }

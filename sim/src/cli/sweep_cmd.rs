@@ -12,7 +12,8 @@ use kvsim_core::fpm::scenarios::{builtin_scenarios, find_scenario, validate_scen
 use super::{say, CliError};
 use crate::exec::Outcome;
 use crate::output::write_atomic;
-use crate::sweep::{rank_path, run_sweep_with_progress};
+use crate::sweep::{rank_path, run_sweep_with};
+use kvsim_core::fpm::sweep::SweepOptions;
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -31,6 +32,10 @@ pub struct SweepArgs {
     /// Also write the plan the sweep ran (replayable with `kvsim replay`).
     #[arg(long)]
     pub plan_out: Option<PathBuf>,
+    /// Override the soft timeout (simulated seconds, fractions allowed; §1.12):
+    /// no point or warm-up stage starts after it; the artifact is then partial.
+    #[arg(long)]
+    pub timeout_seconds: Option<f64>,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -70,7 +75,16 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
             eprint!("\r  sweeping [{bar:<25}] {pct:>3}% ({done}/{total} ops)");
         }
     };
-    let run = run_sweep_with_progress(&s, strategy, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
+    if let Some(t) = a.timeout_seconds {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(CliError::Input(format!("--timeout-seconds must be > 0 (got {t})")));
+        }
+    }
+    let opts = SweepOptions {
+        timeout_seconds: a.timeout_seconds,
+        ..SweepOptions::default()
+    };
+    let run = run_sweep_with(&s, strategy, &opts, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
     if tty {
         eprintln!();
     }
@@ -124,6 +138,14 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         "  untimed warm-up prefill tokens: {} (Σ total_kv_read_tokens over the real-KV executions: {kv_sum})",
         run.meta.untimed_prefill_tokens
     ))?;
+    if let Some(art) = run.artifacts.first() {
+        if let Some(reason) = &art.stop_reason {
+            say(format_args!(
+                "  status {} (stop_reason {reason}): {} of {} points measured",
+                art.status, art.coverage["completed_points"], art.coverage["expected_points"]
+            ))?;
+        }
+    }
     say(format_args!(
         "  {} steps, {} ops, all invariants held; simulated {:.3} s; wall {:.2} s",
         run.report.steps,

@@ -14,7 +14,7 @@ use kvsim_core::engine::Engine;
 use kvsim_core::invariants::model::check_model;
 use kvsim_core::invariants::ranks::check_lockstep;
 use kvsim_core::invariants::Violation;
-use kvsim_core::plan::{nominal_step_ns, FaultSpec, Plan, PlanOp};
+use kvsim_core::plan::{nominal_step_ns, Plan, PlanOp};
 use serde_json::json;
 
 pub use perfetto::perfetto_json;
@@ -44,45 +44,8 @@ pub fn plan_hash(plan: &Plan) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
 }
 
-fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine, events: &mut Vec<String>) {
-    for f in &plan.faults {
-        match f {
-            FaultSpec::SoftTimeout { step: s } if *s == step => {
-                e.deadline_passed = true;
-                events.push(format!("soft timeout at step {step}"));
-            }
-            // finish_requests(ABORTED): an unknown or finished id is ignored.
-            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
-                if !e.finish_requests(&[req.as_str()], false).is_empty() {
-                    events.push(format!("abort {req}"));
-                }
-            }
-            FaultSpec::ShrinkPool {
-                step: s,
-                rank: r,
-                blocks,
-            } if *s == step && *r == rank => {
-                let n = (*blocks as usize).min(e.kv.pool.num_free_blocks());
-                if let Ok(b) = e.kv.pool.get_new_blocks(n) {
-                    e.phantom.extend(b);
-                }
-                events.push(format!("pool shrunk by {n} blocks"));
-            }
-            FaultSpec::DelayOutputs { step: s, rank: r, by } if *s == step && *r == rank => {
-                e.output_delay = *by;
-                events.push(format!("outputs delayed by {by} steps"));
-            }
-            FaultSpec::StageFailure { step: s, rank: r } if *s == step && *r == rank => {
-                e.fail_next_registration = true;
-                events.push("stage failure armed".into());
-            }
-            FaultSpec::MessageLag { rank: r, steps } if *r == rank && e.message_lag != *steps => {
-                e.message_lag = *steps;
-                events.push(format!("messages delayed by {steps} steps"));
-            }
-            _ => {}
-        }
-    }
+fn apply_faults(plan: &Plan, step: u64, e: &mut Engine, events: &mut Vec<String>) {
+    events.extend(plan.faults.iter().filter_map(|f| e.apply_fault(f, step)));
 }
 
 /// Run a (validated) plan on the simulator.
@@ -114,7 +77,7 @@ pub fn run_plan_with_progress(plan: &Plan, progress: &mut dyn FnMut(u64, u64)) -
             let e = &mut engines[rank as usize];
             e.begin_step();
             let mut fault_events = Vec::new();
-            apply_faults(plan, step, rank, e, &mut fault_events);
+            apply_faults(plan, step, e, &mut fault_events);
             for f in fault_events {
                 report.trace.push(TraceEvent::fault(clock, step, rank, f));
             }

@@ -58,6 +58,9 @@ impl Planner<'_> {
         for rank in 0..self.s.scenario.dp_ranks {
             let e = &mut engines[rank as usize];
             e.begin_step();
+            for f in &self.faults {
+                e.apply_fault(f, step);
+            }
             let mut live = Live {
                 e,
                 ops: Vec::new(),
@@ -67,6 +70,7 @@ impl Planner<'_> {
             if let Some(m) = live.error {
                 self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
             }
+            self.pending_tokens += super::timeout::forward_tokens(&live.ops);
             self.steps.push(crate::plan::Step {
                 step,
                 rank,
@@ -74,7 +78,7 @@ impl Planner<'_> {
             });
         }
         self.engines = Some(engines);
-        self.next_step += 1;
+        self.end_step();
         step
     }
 
@@ -282,13 +286,22 @@ pub(super) fn plan_chain_sweep(
     let mut stage: Option<(u64, u64)> = None; // (batch, generation)
     let mut generation = 0u64;
     for pt in points.iter().filter(|p| p.covered) {
+        if p.stop_before_point() {
+            break;
+        }
         let b = pt.point.batch_size;
         if stage.map(|s| s.0) != Some(b) {
             if let Some((ob, g)) = stage.take() {
                 shed_chains(p, g, ob as usize);
             }
             generation += 1;
-            build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id);
+            if let Err(added) = build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id) {
+                // Abandoned at the soft deadline (§1.12, §8.2 bug 5): shed, stop.
+                if added {
+                    shed_chains(p, generation, b as usize);
+                }
+                break;
+            }
             stage = Some((b, generation));
         }
         let (_, g) = stage.expect("a stage is active");
@@ -300,6 +313,9 @@ pub(super) fn plan_chain_sweep(
     }
     let usable = cfg.capacity.usable_blocks_with_watermark;
     for pt in points.iter().filter(|p| !p.covered) {
+        if p.stop_before_point() {
+            break;
+        }
         let steps = decode_step_plan(
             DecodeStepInput {
                 kvwarm_enabled: true,
@@ -341,7 +357,16 @@ fn chain_id(generation: u64, rank: u32, i: usize) -> String {
 /// `depth` tokens, chunk-prefill them through the normal scheduler (each admission
 /// hits the previous generation's cached blocks), then wait until every chain has
 /// computed its prompt and has no output placeholder in flight (parked).
-fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, first_point: u64) {
+/// `Err(added)` when the soft deadline was seen before or during the build: no
+/// stage starts or continues after it (§3.3 step 4; §8.1 invariant 36); the
+/// caller sheds the chains added so far.
+fn build_stage(
+    p: &mut Planner<'_>,
+    generation: u64,
+    batch: usize,
+    depth: u64,
+    first_point: u64,
+) -> Result<(), bool> {
     let s = p.s;
     let vocab = s.scenario.model.vocab_size;
     let budget = s.scenario.scheduler.max_num_batched_tokens;
@@ -361,6 +386,23 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
             });
         if parked {
             break;
+        }
+        if p.deadline_observed() {
+            if added {
+                let steps = p.next_step - first_step;
+                for rank in 0..s.scenario.dp_ranks {
+                    p.meta.stages.push(StageRecord {
+                        rank,
+                        benchmark_id: first_point,
+                        batch: batch as u64,
+                        depth,
+                        steps,
+                        soft_timeout: true,
+                    });
+                }
+                p.meta.untimed_prefill_tokens += computed_tokens;
+            }
+            return Err(added);
         }
         let first = !added;
         let mut step_tokens = 0u64;
@@ -430,9 +472,11 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
             batch: batch as u64,
             depth,
             steps,
+            soft_timeout: false,
         });
     }
     p.meta.untimed_prefill_tokens += computed_tokens;
+    Ok(())
 }
 
 /// `_kvwarm_shed_chains` (§3.7): retire every chain through `finish_requests`
@@ -516,6 +560,7 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
         point.sample_reasons.push(SampleReason::ContextClamped);
     }
     point.sample_reasons.push(SampleReason::KvwarmRealKv);
+    p.finished_points += 1;
     for rank in 0..s.scenario.dp_ranks {
         let prompts = injected
             .iter()

@@ -48,6 +48,16 @@ pub struct StageRecord {
     pub batch: u64,
     pub depth: u64,
     pub steps: u64,
+    /// The stage was abandoned at the soft deadline (§5.3 `soft_timeout: true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub soft_timeout: bool,
+}
+
+/// A `skipped_points[]` entry (§5.4).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkippedPoint {
+    pub benchmark_id: u64,
+    pub reason: String,
 }
 
 /// The planner's record, stored in `Plan::benchmark`.
@@ -69,4 +79,10 @@ pub struct BenchmarkMeta {
     pub capacity_fallbacks: Vec<CapacityFallback>,
     pub untimed_prefill_tokens: u64,
     pub config: serde_json::Value,
+    /// `"timeout"` when the soft deadline stopped the sweep (§1.12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// Points skipped by the group (e.g. `stage_failed_under_attention_dp`, §7.4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedPoint>,
 }

@@ -3,11 +3,13 @@
 //! (seed 000); shared-prefix chains with shadows (seed 001, FPM model II) in `chain`.
 
 mod chain;
+mod dp;
 mod meta;
 mod ops;
+mod timeout;
 
 pub use chain::shadow_registration;
-pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, StageRecord};
+pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, SkippedPoint, StageRecord};
 
 use sha2::{Digest, Sha256};
 
@@ -19,13 +21,21 @@ use super::grid::{
 };
 use super::scenarios::BuiltinScenario;
 use crate::engine::Engine;
-use crate::plan::{Plan, PlanOp, Step, Tokens};
+use crate::plan::{FaultSpec, Plan, PlanOp, Step, Tokens};
 use ops::{decode_step, fake_injection, native_prefill, retire};
 
 /// Why a sweep cannot be planned (bad strategy or scenario: exit code 2).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SweepError(pub String);
+
+/// What a sweep run adds to its scenario: a soft-timeout override (simulated
+/// seconds, §1.12) and faults the planner's own engines see as the executor will.
+#[derive(Clone, Debug, Default)]
+pub struct SweepOptions {
+    pub timeout_seconds: Option<f64>,
+    pub faults: Vec<FaultSpec>,
+}
 
 /// A planned sweep: the plan to run and the planner's record.
 pub struct SweepPlan {
@@ -68,6 +78,16 @@ struct Planner<'a> {
     engines: Option<Vec<Engine>>,
     /// The first op the planner's own engine refused or judged (a planner bug).
     error: Option<String>,
+    /// The simulated clock (the executor's: `nominal_step_ns` of each step's forward tokens).
+    clock_ns: u64,
+    pending_tokens: u64,
+    /// The soft deadline (§1.12), and the step at which the planner first saw it passed.
+    deadline_ns: Option<u64>,
+    timeout_step: Option<u64>,
+    /// Points measured so far (rank 0's executions); the sweep stopped at the deadline.
+    finished_points: u64,
+    stopped: bool,
+    faults: Vec<FaultSpec>,
 }
 
 impl Planner<'_> {
@@ -76,9 +96,13 @@ impl Planner<'_> {
         let step = self.next_step;
         for rank in 0..self.s.scenario.dp_ranks {
             let ops = ops_for(rank);
+            self.pending_tokens += timeout::forward_tokens(&ops);
             if let Some(engines) = &mut self.engines {
                 let e = &mut engines[rank as usize];
                 e.begin_step();
+                for f in &self.faults {
+                    e.apply_fault(f, step);
+                }
                 for op in &ops {
                     if let Err(m) = chain::apply_checked(e, op) {
                         self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
@@ -87,13 +111,22 @@ impl Planner<'_> {
             }
             self.steps.push(Step { step, rank, ops });
         }
-        self.next_step += 1;
+        self.end_step();
         step
     }
 }
 
 /// Plan a whole decode sweep of `s` under `requested` (`None` = auto).
 pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<SweepPlan, SweepError> {
+    plan_sweep_with(s, requested, &SweepOptions::default())
+}
+
+/// `plan_sweep` with a soft-timeout override and faults.
+pub fn plan_sweep_with(
+    s: &BuiltinScenario,
+    requested: Option<Strategy>,
+    opts: &SweepOptions,
+) -> Result<SweepPlan, SweepError> {
     let verdict = gate(s);
     let chosen = choose(s, &verdict, requested)?;
     let need = LayoutNeed::new(s.scenario.kv_config());
@@ -117,7 +150,9 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         stages: Vec::new(),
         capacity_fallbacks: Vec::new(),
         untimed_prefill_tokens: 0,
-        config: serde_json::to_value(&s.bench).expect("settings serialize"),
+        config: timeout::config_with_override(s, opts),
+        stop_reason: None,
+        skipped: Vec::new(),
     };
     let mut p = Planner {
         s,
@@ -126,6 +161,13 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         meta,
         engines: None,
         error: None,
+        clock_ns: 0,
+        pending_tokens: 0,
+        deadline_ns: Some(timeout::deadline_ns(s, opts)),
+        timeout_step: None,
+        finished_points: 0,
+        stopped: false,
+        faults: opts.faults.clone(),
     };
     if chosen == Some(Strategy::Chain) {
         chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
@@ -136,6 +178,9 @@ pub fn plan_sweep(s: &BuiltinScenario, requested: Option<Strategy>) -> Result<Sw
         ..need.clone()
     };
     for entry in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
+        if p.stop_before_point() {
+            break;
+        }
         let point = &entry.point;
         let adm =
             decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
@@ -202,6 +247,7 @@ fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
     });
     let mut plan = Plan::new(s.scenario.clone());
     plan.steps = p.steps;
+    plan.faults = p.faults;
     plan.benchmark = Some(serde_json::to_value(&p.meta).expect("meta serializes"));
     if let Some(e) = p.error {
         return Err(SweepError(format!(
@@ -280,7 +326,14 @@ fn plan_execution(
     };
     let first_step = p.next_step;
     let warm = match kv {
-        Kv::Native => native_prefill(p, injected, &salt, &req, vocab),
+        Kv::Native => match native_prefill(p, injected, &salt, &req, vocab) {
+            Some(w) => w,
+            None => {
+                // The deadline passed mid-prefill: the stage is shed, nothing measured (§1.12).
+                p.step(|rank| timeout::shed_all(injected.len(), rank, &req));
+                return Ok(());
+            }
+        },
         Kv::Fake => {
             p.step(|rank| fake_injection(injected, rank, &salt, &req, vocab));
             0
@@ -307,10 +360,12 @@ fn plan_execution(
                 batch: point.batch_size,
                 depth: injected.iter().copied().max().unwrap_or(0),
                 steps,
+                soft_timeout: false,
             });
         }
         p.meta.untimed_prefill_tokens += warm;
     }
+    p.finished_points += 1;
     for rank in 0..p.s.scenario.dp_ranks {
         p.meta.executions.push(ExecutionRecord {
             rank,

@@ -1,0 +1,47 @@
+//! Faults applied to one rank's engine at the start of a step (spec/plan.md §4).
+//! Shared by the simulator executor and the chain planner, which drives its own
+//! engines and must see the same local failures the executor will replay.
+
+use super::Engine;
+use crate::plan::FaultSpec;
+
+impl Engine {
+    /// Apply `f` if it fires at (`step`, this rank); returns the trace event.
+    pub fn apply_fault(&mut self, f: &FaultSpec, step: u64) -> Option<String> {
+        let rank = self.rank;
+        match f {
+            FaultSpec::SoftTimeout { step: s } if *s == step => {
+                self.deadline_passed = true;
+                Some(format!("soft timeout at step {step}"))
+            }
+            // finish_requests(ABORTED): an unknown or finished id is ignored.
+            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
+                (!self.finish_requests(&[req.as_str()], false).is_empty()).then(|| format!("abort {req}"))
+            }
+            FaultSpec::ShrinkPool {
+                step: s,
+                rank: r,
+                blocks,
+            } if *s == step && *r == rank => {
+                let n = (*blocks as usize).min(self.kv.pool.num_free_blocks());
+                if let Ok(b) = self.kv.pool.get_new_blocks(n) {
+                    self.phantom.extend(b);
+                }
+                Some(format!("pool shrunk by {n} blocks"))
+            }
+            FaultSpec::DelayOutputs { step: s, rank: r, by } if *s == step && *r == rank => {
+                self.output_delay = *by;
+                Some(format!("outputs delayed by {by} steps"))
+            }
+            FaultSpec::StageFailure { step: s, rank: r } if *s == step && *r == rank => {
+                self.fail_next_registration = true;
+                Some("stage failure armed".into())
+            }
+            FaultSpec::MessageLag { rank: r, steps } if *r == rank && self.message_lag != *steps => {
+                self.message_lag = *steps;
+                Some(format!("messages delayed by {steps} steps"))
+            }
+            _ => None,
+        }
+    }
+}

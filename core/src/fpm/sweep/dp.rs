@@ -1,0 +1,1 @@
+//! Attention data parallelism (dynamo_fpm.md §7).
