@@ -240,3 +240,51 @@ fn a_sweep_plan_replays_to_the_same_artifact_bytes() {
         std::fs::read(p("again.json")).unwrap()
     );
 }
+
+#[test]
+fn a_sweep_with_a_short_timeout_writes_a_partial_artifact() {
+    let dir = std::env::temp_dir().join(format!("kvsim-timeout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("a.json");
+    let o = out.to_str().unwrap();
+    let r = kvsim(&[
+        "sweep",
+        "--scenario",
+        "deepseek-mla",
+        "--timeout-seconds",
+        "0.03",
+        "--out",
+        o,
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(String::from_utf8_lossy(&r.stdout).contains("stop_reason timeout"));
+    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(a["status"], "partial");
+    assert_eq!(a["stop_reason"], "timeout");
+    assert!(a["coverage"]["completed_points"].as_u64() < a["coverage"]["expected_points"].as_u64());
+    let r = kvsim(&[
+        "sweep",
+        "--scenario",
+        "deepseek-mla",
+        "--timeout-seconds",
+        "0",
+        "--out",
+        o,
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+}
+
+#[test]
+fn random_kda_puts_the_hybrid_model_on_chains() {
+    let dir = std::env::temp_dir().join(format!("kvsim-rkda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("a.json");
+    let o = out.to_str().unwrap();
+    let r = kvsim(&["sweep", "--scenario", "glm53-flash", "--random-kda", "--out", o]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(a["kvwarm"]["initialization_strategy"], "shared_prefix_chain");
+    assert_eq!(a["recurrent_state"]["initialization"], "random");
+    let r = kvsim(&["sweep", "--scenario", "llama31-8b", "--random-kda", "--out", o]);
+    assert_eq!(r.status.code(), Some(2));
+}

@@ -111,7 +111,16 @@ impl Engine {
                 groups,
                 ok,
                 covered,
-            } => self.register_shadow(shadow, chain, *ctx, *headroom, *tail, groups, *ok, *covered)?,
+                random_state,
+            } => self.register_shadow(
+                shadow,
+                chain,
+                *ctx,
+                *headroom,
+                *tail,
+                groups,
+                (*ok, *covered, *random_state),
+            )?,
             PlanOp::ReleaseCow => {
                 let blocks = std::mem::take(&mut self.cow_retained);
                 let n = blocks.len();
@@ -136,7 +145,16 @@ impl Engine {
                         format!("prefix-cache reset with {} fenced frees pending", self.deferred.len()),
                     ));
                 }
+                // DECISION: blocks a `shrink_pool` fault took away model a smaller
+                // pool, which vLLM's reset would not see: they are handed back for
+                // the reset and the same number taken away again after it.
+                let phantom = std::mem::take(&mut self.phantom);
+                let n = phantom.len();
+                self.kv.pool.free_blocks(phantom);
                 let done = self.kv.reset_prefix_cache();
+                if let Ok(b) = self.kv.pool.get_new_blocks(n) {
+                    self.phantom = b;
+                }
                 if expect.is_some_and(|e| e != done) {
                     return Err(Mismatch(format!(
                         "reset_prefix_cache returned {done}, the plan saw {expect:?}"
@@ -360,7 +378,9 @@ impl Engine {
                 if let GroupKind::Mamba { .. } = kind {
                     if c > 0 {
                         let idx = Self::state_index(kind, bs, c);
-                        let expected = if c <= r.synthetic_upto {
+                        let expected = if r.random_state_at == Some(c) {
+                            super::content::random_state_tag(self.rank, &e.req, g)
+                        } else if c <= r.synthetic_upto {
                             SYNTHETIC_TAG
                         } else {
                             r.prefix[g].state_tag(&tokens, c as usize)
@@ -537,8 +557,7 @@ impl Engine {
         _headroom: u64,
         tail: TailMode,
         groups: &[ShadowGroup],
-        ok: bool,
-        covered: bool,
+        (ok, covered, random_state): (bool, bool, bool),
     ) -> Result<OpOutcome, Mismatch> {
         let mut out = OpOutcome::default();
         if self.deadline_passed {
@@ -547,7 +566,12 @@ impl Engine {
                 format!("shadow {shadow} registered (a warm-up stage started) after the soft deadline passed"),
             ));
         }
-        let ok = ok && !std::mem::take(&mut self.fail_next_registration);
+        // A `stage_failure` fault fails this registration locally. A planner that saw
+        // it coming reports the failure itself (ok = false, nothing drawn): that is a
+        // local stage failure (dynamo_fpm.md §7.3), not a coverage bug.
+        let injected_failure = std::mem::take(&mut self.fail_next_registration);
+        let anticipated = injected_failure && !ok;
+        let ok = ok && !injected_failure;
         let ngroups = self.kv.groups.len();
         let chain_req = self.req(chain)?;
         let chain_tables = self.kv.get_block_ids(chain_req.req.id);
@@ -562,13 +586,25 @@ impl Engine {
         let mut tables = Vec::with_capacity(ngroups);
         let mut drawn = 0usize;
         for (g, grp) in groups.iter().enumerate() {
-            if !grp.shared.iter().zip(&chain_tables[g]).all(|(a, b)| a == b) || grp.shared.len() > chain_tables[g].len()
+            // Random-KDA state groups share nothing with the chain: null placeholders
+            // below the private span; the chain's state is neither referenced nor
+            // modified (invariant 49).
+            let random_group = random_state && matches!(self.kv.config.groups[g].kind, GroupKind::Mamba { .. });
+            if random_group {
+                if grp.shared.iter().any(|&b| b != NULL_BLOCK) || grp.cow_from.is_some() {
+                    return Err(Mismatch(format!(
+                        "shadow {shadow} group {g}: a random-state group borrows nothing from the chain"
+                    )));
+                }
+            } else if !grp.shared.iter().zip(&chain_tables[g]).all(|(a, b)| a == b)
+                || grp.shared.len() > chain_tables[g].len()
             {
                 return Err(Mismatch(format!(
                     "shadow {shadow} group {g}: shared blocks are not the chain's"
                 )));
+            } else {
+                self.kv.pool.touch(&grp.shared);
             }
-            self.kv.pool.touch(&grp.shared);
             let fresh = self
                 .kv
                 .pool
@@ -581,6 +617,18 @@ impl Engine {
                 )));
             }
             drawn += fresh.len();
+            if random_group {
+                // Zeroed natively, then filled with the deterministic random state
+                // (the fill wins in the content model).
+                let tag = super::content::random_state_tag(self.rank, shadow, g);
+                for &b in &grp.tail {
+                    self.content[b as usize] = Some(tag);
+                }
+                let mut t = grp.shared.clone();
+                t.extend_from_slice(&grp.tail);
+                tables.push(t);
+                continue;
+            }
             for (k, &b) in grp.tail.iter().enumerate() {
                 self.content[b as usize] = match (k, tail, grp.cow_from) {
                     (0, TailMode::Cow, Some(src)) => {
@@ -597,7 +645,7 @@ impl Engine {
         }
         self.fence_check(&format!("shadow {shadow} registration"), drawn, &mut out);
         if !ok {
-            if covered {
+            if covered && !anticipated {
                 out.violations.push(Self::violation(
                     "PL-COVERAGE",
                     format!(
@@ -659,6 +707,7 @@ impl Engine {
         r.req.num_computed_tokens = ctx;
         r.req.status = RequestStatus::Running;
         r.shadow_of = Some((chain.to_string(), ctx));
+        r.random_state_at = random_state.then_some(ctx);
         self.kv.adopt_tables(r.req.id, &tables);
         self.requests.insert(shadow.to_string(), r);
         out.result = format!("shadow tables {tables:?}");
@@ -667,8 +716,9 @@ impl Engine {
 
     fn end_sweep(&mut self) -> OpOutcome {
         let mut out = OpOutcome::ok("end of sweep");
+        // Blocks a `shrink_pool` fault took away are not the sweep's.
         let held: Vec<u32> = (1..self.kv.pool.num_blocks())
-            .filter(|&b| self.kv.pool.ref_cnt(b) > 0)
+            .filter(|&b| self.kv.pool.ref_cnt(b) > 0 && !self.phantom.contains(&b))
             .collect();
         if !held.is_empty() || self.kv.pool.num_cached_keys() > 0 {
             out.violations.push(Self::violation(

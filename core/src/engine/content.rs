@@ -9,6 +9,16 @@ pub const SYNTHETIC_TAG: u128 = 0x7379_6e74_6865_7469_6373_796e_7468_6574;
 /// Content of a zeroed block.
 pub const ZERO_TAG: u128 = 0x7a65_726f_7a65_726f_7a65_726f_7a65_726f;
 const STATE_MARK: u64 = u64::MAX - 7;
+const RANDOM_STATE_MARK: u64 = u64::MAX - 11;
+
+/// The deterministic random recurrent state a random-KDA shadow starts from
+/// (dynamo_fpm.md §8.1 invariant 49: uniform values seeded per request, layer
+/// and rank, policy `uniform-request-layer-rank-v1`): one tag per (rank, shadow, group).
+pub fn random_state_tag(rank: u32, shadow: &str, group: usize) -> u128 {
+    let mut ids: Vec<u64> = vec![RANDOM_STATE_MARK, u64::from(rank), group as u64];
+    ids.extend(shadow.bytes().map(u64::from));
+    hash_block(None, &ids, None)
+}
 
 /// Per-request prefix hashes at one block size, extended as tokens grow.
 #[derive(Clone, Debug, Default)]

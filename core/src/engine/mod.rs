@@ -30,6 +30,9 @@ pub struct EngineReq {
     pub prefix: Vec<PrefixHashes>,
     /// Positions below this hold synthetic KV the request knowingly reads.
     pub synthetic_upto: u64,
+    /// A random-KDA shadow: its recurrent state at this depth is the deterministic
+    /// random fill, not the chain's (dynamo_fpm.md §8.1 invariant 49).
+    pub random_state_at: Option<u64>,
 }
 
 /// Outputs of a forward that have not been processed yet.
@@ -159,6 +162,7 @@ impl Engine {
             shadow_of: None,
             prefix,
             synthetic_upto: 0,
+            random_state_at: None,
         }
     }
 

@@ -251,6 +251,9 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                         // §5.3 stage detail key.
                         v["soft_timeout"] = json!(true);
                     }
+                    if s.group_fallback {
+                        v["group_fallback"] = json!(true);
+                    }
                     v
                 })
                 .collect();
@@ -264,8 +267,8 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                     initialization_strategy: meta.initialization_strategy.clone(),
                     dataset: None,
                     stages,
-                    points_real_kv: count("real_kv", rank),
-                    points_fake_fallback: count("fake_fallback", rank),
+                    points_real_kv: count("real_kv", rank) + count("real_attention_kv_random_kda", rank),
+                    points_fake_fallback: count("fake_fallback", rank) + count("fake_attention_kv_random_kda", rank),
                     points_gate_skipped: meta.executions.iter().filter(|e| e.rank == rank && e.kv_seed_regime.starts_with("skip:")).count() as u64,
                     giant_kv_threshold: meta.giant_kv_threshold,
                     giant_kv_repeats: meta.giant_kv_repeats,
@@ -291,13 +294,18 @@ pub fn build_artifacts(plan: &Plan, meta: &BenchmarkMeta, plan_hash: &str, sim_t
                 limits: json!({"max_num_scheduled_tokens": s.scheduler.max_num_batched_tokens, "max_num_running_reqs": s.scheduler.max_num_seqs,
                     "max_model_len": s.scheduler.max_model_len, "block_size": s.kv_config().scheduler_block_size(),
                     "num_gpu_blocks": s.pool_blocks}),
-                recurrent_state: json!({"initialization": "unchanged", "policy": null, "uniform_bound": null}),
+                // §6.1: random KDA fills shadows' state with uniform values in [−0.01, 0.01].
+                recurrent_state: if meta.config["random_kda"] == json!(true) {
+                    json!({"initialization": "random", "policy": "uniform-request-layer-rank-v1", "uniform_bound": 0.01})
+                } else {
+                    json!({"initialization": "unchanged", "policy": null, "uniform_bound": null})
+                },
                 measurement_policy: json!({"decode": "steady_state_second_step", "prefill": "single_step"}),
                 synthetic_prompts: json!({"mode": if s.model.vocab_size > 1 { "salted_random" } else { "zeros" }, "vocab_size": s.model.vocab_size}),
                 results,
                 iteration_groups: groups,
                 skipped_points: meta.skipped.iter().map(|k| json!({"benchmark_id": k.benchmark_id, "reason": k.reason})).collect(),
-                missing_phases: Vec::new(),
+                missing_phases: meta.missing_phases.clone(),
                 error: None,
             }
         })

@@ -1,8 +1,11 @@
 //! vLLM's `BlockPool` (vllm_kv.md §1): ref counts, the free queue, the prefix-cache
 //! map keyed by (hash, group) with duplicates, lazy eviction, and the reset.
 
+use std::collections::hash_map::Entry;
+
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
+use super::key_blocks::KeyBlocks;
 use super::mutant::ModelMutant;
 
 /// Block 0 is the null block: a table placeholder, never handed out or cached.
@@ -30,11 +33,19 @@ pub struct BlockPool {
     enable_caching: bool,
     ref_cnt: Vec<u32>,
     primary: Vec<Option<BlockHashTag>>,
-    /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`).
-    secondary: FastMap<u32, Vec<BlockKey>>,
+    /// One bit per block: set iff it has a primary key (observations list these ids).
+    hashed: Vec<u64>,
+    /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`),
+    /// indexed by block id.
+    secondary: Vec<Vec<BlockKey>>,
     /// Key → block ids in insertion order; the first is what lookups return.
-    cached: FastMap<BlockKey, Vec<u32>>,
+    cached: FastMap<BlockKey, KeyBlocks>,
+    /// Bumped by every change to the keys or the hashed blocks (what observations
+    /// show of the cache), so that observers re-render only then.
+    hash_version: u64,
     free: FreeQueue,
+    /// Reused buffers of `free_blocks` (front and back lists).
+    scratch: (Vec<u32>, Vec<u32>),
     /// A deliberate bug, switched on only to show that invariant checks can fail.
     mutant: Option<ModelMutant>,
 }
@@ -57,9 +68,13 @@ impl BlockPool {
             enable_caching,
             ref_cnt: vec![0; num_blocks as usize],
             primary: vec![None; num_blocks as usize],
-            secondary: FastMap::default(),
-            cached: FastMap::default(),
+            hashed: vec![0; (num_blocks as usize).div_ceil(64)],
+            secondary: vec![Vec::new(); num_blocks as usize],
+            // Keys rarely outnumber blocks: sized once, no rehashing as it fills.
+            cached: FastMap::with_capacity_and_hasher(num_blocks as usize, Default::default()),
+            hash_version: 0,
             free,
+            scratch: (Vec::new(), Vec::new()),
             mutant,
         }
     }
@@ -92,6 +107,16 @@ impl BlockPool {
         self.free.iter()
     }
 
+    /// Changes whenever the free queue does.
+    pub fn free_version(&self) -> u64 {
+        self.free.version()
+    }
+
+    /// Changes whenever the cache keys or the set of hashed blocks do.
+    pub fn hash_version(&self) -> u64 {
+        self.hash_version
+    }
+
     /// Distinct keys in the prefix-cache map (`len(BlockHashToBlockMap)`).
     pub fn num_cached_keys(&self) -> usize {
         self.cached.len()
@@ -99,45 +124,81 @@ impl BlockPool {
 
     /// Ascending ids of blocks that carry a prefix-cache hash.
     pub fn cached_block_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        (1..self.num_blocks).filter(|&b| self.primary[b as usize].is_some())
+        self.hashed.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    w as u32 * 64 + b
+                })
+            })
+        })
+    }
+
+    /// Set or clear a block's primary key, keeping the `hashed` bits in step.
+    fn set_primary(&mut self, id: u32, tag: Option<BlockHashTag>) {
+        let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
+        if tag.is_some() {
+            self.hashed[w] |= bit;
+        } else {
+            self.hashed[w] &= !bit;
+        }
+        self.primary[id as usize] = tag;
+        self.hash_version += 1;
     }
 
     /// Block ids registered under `key`, first-inserted first.
     pub fn blocks_for_key(&self, key: &BlockKey) -> &[u32] {
-        self.cached.get(key).map_or(&[], Vec::as_slice)
+        self.cached.get(key).map_or(&[], KeyBlocks::as_slice)
     }
 
     /// Every key that points at `id` (primary first, then secondaries).
     pub fn keys_of(&self, id: u32) -> Vec<BlockKey> {
         let mut keys: Vec<BlockKey> = self.primary[id as usize].iter().map(|t| t.key).collect();
-        if let Some(s) = self.secondary.get(&id) {
-            keys.extend(s.iter().copied());
-        }
+        keys.extend_from_slice(&self.secondary[id as usize]);
         keys
     }
 
     /// `get_cached_block`: one block per group, or `None` if any group misses (§1.5).
     pub fn get_cached_block(&self, hash: u128, groups: &[u32]) -> Option<Vec<u32>> {
-        groups
-            .iter()
-            .map(|&group| self.cached.get(&BlockKey { hash, group }).map(|v| v[0]))
-            .collect()
+        let mut out = Vec::with_capacity(groups.len());
+        self.get_cached_block_into(hash, groups, &mut out).then_some(out)
+    }
+
+    /// `get_cached_block` into `out` (cleared first); false if any group misses.
+    pub fn get_cached_block_into(&self, hash: u128, groups: &[u32], out: &mut Vec<u32>) -> bool {
+        out.clear();
+        for &group in groups {
+            match self.cached.get(&BlockKey { hash, group }) {
+                Some(ids) => out.push(ids.first()),
+                None => return false,
+            }
+        }
+        true
     }
 
     /// `get_new_blocks`: pop from the front, evict their cache entries, ref = 1.
     pub fn get_new_blocks(&mut self, n: usize) -> Result<Vec<u32>, PoolError> {
+        let mut out = Vec::with_capacity(n);
+        self.get_new_blocks_into(n, &mut out)?;
+        Ok(out)
+    }
+
+    /// `get_new_blocks`, appending to `out` (untouched on error).
+    pub fn get_new_blocks_into(&mut self, n: usize, out: &mut Vec<u32>) -> Result<(), PoolError> {
         if n > self.free.len() {
             return Err(PoolError {
                 kind: "ValueError",
                 message: format!("Cannot get {n} free blocks from the pool"),
             });
         }
-        let mut out = Vec::with_capacity(n);
+        out.reserve(n);
         for _ in 0..n {
             let id = self.free.pop_front().expect("length checked above");
             if self.enable_caching {
                 if self.mutant == Some(ModelMutant::StaleCacheEntry) {
-                    self.primary[id as usize] = None;
+                    self.set_primary(id, None);
                 } else {
                     self.evict_cached_block(id);
                 }
@@ -145,22 +206,22 @@ impl BlockPool {
             self.ref_cnt[id as usize] = 1;
             out.push(id);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// `_maybe_evict_cached_block`: drop every key of the block (lazy eviction).
     pub fn evict_cached_block(&mut self, id: u32) -> bool {
-        let mut keys: Vec<BlockKey> = Vec::new();
-        if let Some(tag) = self.primary[id as usize].take() {
-            keys.push(tag.key);
-        }
-        if let Some(s) = self.secondary.remove(&id) {
-            keys.extend(s);
-        }
         let mut removed = false;
-        for key in keys {
+        if let Some(tag) = self.primary[id as usize] {
+            self.set_primary(id, None);
+            removed |= self.pop_key(tag.key, id);
+        }
+        // Taken out and put back empty so that its capacity is reused.
+        let mut secondary = std::mem::take(&mut self.secondary[id as usize]);
+        for key in secondary.drain(..) {
             removed |= self.pop_key(key, id);
         }
+        self.secondary[id as usize] = secondary;
         removed
     }
 
@@ -168,13 +229,13 @@ impl BlockPool {
         let Some(ids) = self.cached.get_mut(&key) else {
             return false;
         };
-        let Some(pos) = ids.iter().position(|&b| b == id) else {
+        if !ids.remove(id) {
             return false;
-        };
-        ids.remove(pos);
+        }
         if ids.is_empty() {
             self.cached.remove(&key);
         }
+        self.hash_version += 1;
         true
     }
 
@@ -196,8 +257,7 @@ impl BlockPool {
     /// `free_blocks`: blocks reaching ref 0 go to the front if unhashed (LIFO reuse)
     /// or to the back if hashed (LRU), each list in iteration order (§1.5).
     pub fn free_blocks(&mut self, ordered: impl IntoIterator<Item = u32>) {
-        let mut first = Vec::new();
-        let mut last = Vec::new();
+        let (mut first, mut last) = std::mem::take(&mut self.scratch);
         for b in ordered {
             if b == NULL_BLOCK {
                 continue;
@@ -214,6 +274,9 @@ impl BlockPool {
         }
         self.free.prepend(&first);
         self.free.append(&last);
+        first.clear();
+        last.clear();
+        self.scratch = (first, last);
     }
 
     /// Add a reference without touching the queue (copy-on-write retention).
@@ -229,19 +292,24 @@ impl BlockPool {
         if self.primary[id as usize].map(|t| t.key) == Some(key) {
             return;
         }
-        if self.cached.get(&key).is_some_and(|v| v.contains(&id)) {
-            return;
+        // One probe both checks for and registers the (key, block) entry.
+        match self.cached.entry(key) {
+            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
+            Entry::Occupied(_) => return,
+            Entry::Vacant(e) => {
+                e.insert(KeyBlocks::one(id));
+            }
         }
+        self.hash_version += 1;
         match self.primary[id as usize] {
-            None => self.primary[id as usize] = Some(BlockHashTag { key, num_tokens }),
+            None => self.set_primary(id, Some(BlockHashTag { key, num_tokens })),
             Some(_) => {
-                let s = self.secondary.entry(id).or_default();
+                let s = &mut self.secondary[id as usize];
                 if !s.contains(&key) {
                     s.push(key);
                 }
             }
         }
-        self.cached.entry(key).or_default().push(id);
     }
 
     /// `cache_full_blocks` for one block: a block that already has a (shorter,
@@ -267,7 +335,7 @@ impl BlockPool {
             return;
         }
         let already = self.primary[id as usize].map(|t| t.key) == Some(key)
-            || self.cached.get(&key).is_some_and(|v| v.contains(&id));
+            || self.cached.get(&key).is_some_and(|v| v.contains(id));
         if !already {
             if let Some(tag) = self.primary[id as usize] {
                 if tag.num_tokens < num_tokens {
@@ -285,8 +353,10 @@ impl BlockPool {
             return false;
         }
         self.cached.clear();
-        self.secondary.clear();
+        self.secondary.iter_mut().for_each(Vec::clear);
         self.primary.iter_mut().for_each(|p| *p = None);
+        self.hashed.iter_mut().for_each(|w| *w = 0);
+        self.hash_version += 1;
         true
     }
 
@@ -302,35 +372,42 @@ impl BlockPool {
 
     /// Whether block `id` holds `key` (primary or secondary); allocation-free.
     pub fn holds_key(&self, id: u32, key: &BlockKey) -> bool {
-        self.primary[id as usize].is_some_and(|t| t.key == *key)
-            || self.secondary.get(&id).is_some_and(|s| s.contains(key))
+        self.primary[id as usize].is_some_and(|t| t.key == *key) || self.secondary[id as usize].contains(key)
     }
 
     /// Visit every map entry in unspecified order (callers must not let the order
     /// reach output; see `cache_entries` for a sorted copy).
     pub fn for_each_entry(&self, mut f: impl FnMut(&BlockKey, &[u32])) {
         for (k, ids) in &self.cached {
-            f(k, ids);
+            f(k, ids.as_slice());
         }
     }
 
     /// Visit every secondary key of every block, in unspecified order.
     pub fn for_each_secondary(&self, mut f: impl FnMut(u32, &BlockKey)) {
-        for (b, keys) in &self.secondary {
-            keys.iter().for_each(|k| f(*b, k));
+        for (b, keys) in (0u32..).zip(&self.secondary) {
+            keys.iter().for_each(|k| f(b, k));
         }
     }
 
     /// Every key in the map with its block ids (for invariant checks; sorted).
     pub fn cache_entries(&self) -> Vec<(BlockKey, Vec<u32>)> {
-        let mut v: Vec<_> = self.cached.iter().map(|(k, ids)| (*k, ids.clone())).collect();
+        let mut v: Vec<_> = self
+            .cached
+            .iter()
+            .map(|(k, ids)| (*k, ids.as_slice().to_vec()))
+            .collect();
         v.sort();
         v
     }
 
     /// Secondary keys per block (for invariant checks; sorted).
     pub fn secondary_entries(&self) -> Vec<(u32, Vec<BlockKey>)> {
-        let mut v: Vec<_> = self.secondary.iter().map(|(b, k)| (*b, k.clone())).collect();
+        let mut v: Vec<_> = (0u32..)
+            .zip(&self.secondary)
+            .filter(|(_, k)| !k.is_empty())
+            .map(|(b, k)| (b, k.clone()))
+            .collect();
         v.sort();
         v
     }
@@ -352,7 +429,13 @@ impl BlockPool {
     /// Test-only corruption hook: register a key for a block without tagging the block.
     #[doc(hidden)]
     pub fn corrupt_insert_key(&mut self, key: BlockKey, id: u32) {
-        self.cached.entry(key).or_default().push(id);
+        match self.cached.entry(key) {
+            Entry::Occupied(mut e) => e.get_mut().push(id),
+            Entry::Vacant(e) => {
+                e.insert(KeyBlocks::one(id));
+            }
+        }
+        self.hash_version += 1;
     }
 }
 

@@ -11,6 +11,8 @@ pub struct FreeQueue {
     head: u32,
     tail: u32,
     len: usize,
+    /// Bumped by every change: observers re-render the queue only then.
+    version: u64,
 }
 
 impl FreeQueue {
@@ -23,6 +25,7 @@ impl FreeQueue {
             head: NIL,
             tail: NIL,
             len: 0,
+            version: 0,
         };
         for id in ids {
             q.push_back(id);
@@ -36,6 +39,10 @@ impl FreeQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     pub fn contains(&self, id: u32) -> bool {
@@ -57,6 +64,7 @@ impl FreeQueue {
         self.tail = id;
         self.linked[i] = true;
         self.len += 1;
+        self.version += 1;
     }
 
     pub fn push_front(&mut self, id: u32) {
@@ -74,6 +82,7 @@ impl FreeQueue {
         self.head = id;
         self.linked[i] = true;
         self.len += 1;
+        self.version += 1;
     }
 
     /// `prepend_n`: `ids[0]` becomes the new front.
@@ -111,6 +120,7 @@ impl FreeQueue {
         self.next[i] = NIL;
         self.linked[i] = false;
         self.len -= 1;
+        self.version += 1;
         true
     }
 

@@ -7,7 +7,7 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 /// A block hash (the digest of parent, tokens and extra keys).
 pub type BlockHash = u128;
@@ -25,11 +25,40 @@ const NONE_HASH: BlockHash = 0x6b76_7369_6d2d_6e6f_6e65_2d68_6173_6821;
 /// Hash one block: `H(parent or NONE_HASH, tokens, salt)` (§2.2, §2.4).
 /// `salt` is `Some` only for the first block and only when non-empty.
 pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>) -> BlockHash {
+    // The digest of a byte string does not depend on how it is fed in, so the
+    // common small block is hashed in one shot from the stack (XXH3's streaming
+    // state is costly to set up); larger ones stream through a stack chunk.
+    const STACK: usize = 512;
+    let salt_len = salt.map_or(0, |s| 8 + s.len());
+    let mut buf = [0u8; STACK];
+    let mut w = 0;
+    let mut put = |buf: &mut [u8; STACK], bytes: &[u8]| {
+        buf[w..w + bytes.len()].copy_from_slice(bytes);
+        w += bytes.len();
+    };
+    put(&mut buf, &parent.unwrap_or(NONE_HASH).to_le_bytes());
+    put(&mut buf, &(tokens.len() as u64).to_le_bytes());
+    if 16 + 8 + 8 * tokens.len() + 1 + salt_len <= STACK {
+        for t in tokens {
+            put(&mut buf, &t.to_le_bytes());
+        }
+        match salt {
+            Some(s) => {
+                put(&mut buf, &[1]);
+                put(&mut buf, &(s.len() as u64).to_le_bytes());
+                put(&mut buf, s.as_bytes());
+            }
+            None => put(&mut buf, &[0]),
+        }
+        return xxh3_128(&buf[..w]);
+    }
     let mut h = Xxh3::new();
-    h.update(&parent.unwrap_or(NONE_HASH).to_le_bytes());
-    h.update(&(tokens.len() as u64).to_le_bytes());
-    for t in tokens {
-        h.update(&t.to_le_bytes());
+    h.update(&buf[..w]);
+    for chunk in tokens.chunks(STACK / 8) {
+        for (k, t) in chunk.iter().enumerate() {
+            buf[8 * k..8 * k + 8].copy_from_slice(&t.to_le_bytes());
+        }
+        h.update(&buf[..8 * chunk.len()]);
     }
     match salt {
         Some(s) => {
@@ -45,6 +74,7 @@ pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>)
 /// Extend `hashes` with every newly complete `block_size` chunk of `tokens` (§2.5).
 pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_size: usize, salt: Option<&str>) {
     let salt = salt.filter(|s| !s.is_empty());
+    hashes.reserve((tokens.len() / block_size).saturating_sub(hashes.len()));
     while (hashes.len() + 1) * block_size <= tokens.len() {
         let start = hashes.len() * block_size;
         let parent = hashes.last().copied();
@@ -94,6 +124,38 @@ pub type FastSet<K> = std::collections::HashSet<K, DigestBuild>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reference digest: every field streamed in separately.
+    fn streamed(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>) -> BlockHash {
+        let mut h = Xxh3::new();
+        h.update(&parent.unwrap_or(NONE_HASH).to_le_bytes());
+        h.update(&(tokens.len() as u64).to_le_bytes());
+        for t in tokens {
+            h.update(&t.to_le_bytes());
+        }
+        match salt {
+            Some(s) => {
+                h.update(&[1]);
+                h.update(&(s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            None => h.update(&[0]),
+        }
+        h.digest128()
+    }
+
+    #[test]
+    fn digests_do_not_depend_on_the_buffering() {
+        let salt = "s".repeat(300);
+        for n in [0usize, 1, 2, 4, 16, 27, 28, 59, 60, 61, 64, 100, 129, 1000] {
+            let toks: Vec<u64> = (0..n as u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+            for s in [None, Some("x"), Some(salt.as_str())] {
+                for p in [None, Some(42u128 << 70)] {
+                    assert_eq!(hash_block(p, &toks, s), streamed(p, &toks, s), "n={n}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn salt_changes_only_first_block_and_empty_salt_is_none() {

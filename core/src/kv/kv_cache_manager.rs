@@ -150,6 +150,18 @@ impl KvCacheManager {
 
     /// `allocate_slots`: `Ok(None)` when vLLM returns `None` (§5.3 steps 1–15).
     pub fn allocate_slots(&mut self, req: &Request, a: AllocateArgs<'_>) -> Result<Option<Vec<Vec<u32>>>, PoolError> {
+        let mut new_blocks = Vec::new();
+        Ok(self.allocate_slots_into(req, a, &mut new_blocks)?.then_some(new_blocks))
+    }
+
+    /// `allocate_slots` writing each group's new blocks into `new_blocks` (whose
+    /// lists are reused across calls); `Ok(false)` when vLLM returns `None`.
+    pub fn allocate_slots_into(
+        &mut self,
+        req: &Request,
+        a: AllocateArgs<'_>,
+        new_blocks: &mut Vec<Vec<u32>>,
+    ) -> Result<bool, PoolError> {
         let (hit_blocks, hit_tokens) = match a.hits {
             Some(h) => (h.blocks.as_slice(), h.num_computed_tokens),
             None => (&[][..], 0),
@@ -172,7 +184,7 @@ impl KvCacheManager {
             let full = req.num_tokens().min(self.config.max_model_len);
             let need = self.num_blocks_to_allocate(req.id, full, hit_blocks, total_computed, full, true);
             if need + watermark > free {
-                return Ok(None);
+                return Ok(false);
             }
         }
         let main = total_computed + a.num_new_tokens;
@@ -186,7 +198,7 @@ impl KvCacheManager {
         let need = self.num_blocks_to_allocate(req.id, need_slot, hit_blocks, num_local_computed, main, false);
         let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
         if need + watermark > available {
-            return Ok(None);
+            return Ok(false);
         }
         let hits_present = a.hits.is_some_and(|h| !h.is_empty());
         if hits_present && !self.groups.iter().any(|m| m.tracks_cached(req.id)) {
@@ -195,14 +207,15 @@ impl KvCacheManager {
                 m.add_local_computed_blocks(&mut self.pool, req.id, &hit_blocks[i], num_local_computed);
             }
         }
-        let mut new_blocks = Vec::with_capacity(self.groups.len());
-        for m in &mut self.groups {
-            new_blocks.push(m.allocate_new_blocks(&mut self.pool, req.id, need_slot, main)?);
+        new_blocks.resize_with(self.groups.len(), Vec::new);
+        for (m, out) in self.groups.iter_mut().zip(new_blocks.iter_mut()) {
+            out.clear();
+            m.allocate_new_blocks_into(&mut self.pool, req.id, need_slot, main, out)?;
         }
         if !a.delay_cache_blocks {
             self.cache_blocks(req, (total_computed + a.num_new_tokens).min(req.num_tokens()))?;
         }
-        Ok(Some(new_blocks))
+        Ok(true)
     }
 
     /// `cache_blocks`: register full blocks up to `num_computed_tokens`.
@@ -257,6 +270,11 @@ impl KvCacheManager {
     /// `reset_prefix_cache`: refused while any block is referenced.
     pub fn reset_prefix_cache(&mut self) -> bool {
         self.pool.reset_prefix_cache()
+    }
+
+    /// Changes whenever any group's tables may have (observers re-render them only then).
+    pub fn tables_version(&self) -> u64 {
+        self.groups.iter().map(|m| m.tables.version()).sum()
     }
 
     /// `get_block_ids`: every group's whole table, nulls included.

@@ -5,9 +5,11 @@ pub mod block_pool;
 pub mod coordinator;
 pub mod free_queue;
 pub mod hash;
+pub mod key_blocks;
 pub mod kv_cache_manager;
 pub mod manager;
 pub mod mutant;
+pub mod req_map;
 pub mod request;
 pub mod spec;
 

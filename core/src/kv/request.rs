@@ -46,6 +46,20 @@ pub struct Request {
 
 impl Request {
     pub fn new(id: ReqId, prompt: Vec<u64>, cache_salt: Option<String>, hash_block_size: Option<u64>) -> Self {
+        Self::with_hash_buffer(id, prompt, Vec::new(), cache_salt, hash_block_size)
+    }
+
+    /// `new`, reusing `hashes`' storage (cleared) for the block hashes.
+    pub fn with_hash_buffer(
+        id: ReqId,
+        prompt: Vec<u64>,
+        mut hashes: Vec<BlockHash>,
+        cache_salt: Option<String>,
+        hash_block_size: Option<u64>,
+    ) -> Self {
+        // Room for every hash the tokens' capacity can reach (no regrowth).
+        hashes.clear();
+        hashes.reserve(hash_block_size.map_or(0, |b| prompt.capacity() / b.max(1) as usize));
         let mut r = Request {
             id,
             num_prompt_tokens: prompt.len() as u64,
@@ -53,7 +67,7 @@ impl Request {
             num_computed_tokens: 0,
             num_in_flight_tokens: 0,
             num_output_placeholders: 0,
-            block_hashes: Vec::new(),
+            block_hashes: hashes,
             cache_salt,
             shared_prefix_boundary: 0,
             status: RequestStatus::Waiting,

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use super::replay::Session;
+use super::session::Session;
 
 /// The layouts of FORMAT.md §5, round-robin by trace index.
 pub const LAYOUTS: [&str; 16] = [

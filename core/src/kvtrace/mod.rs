@@ -1,13 +1,19 @@
 //! kvtrace/1: replay a KV-op trace through the model and print the observation
 //! lines that `../shared/kvtrace/FORMAT.md` defines. Pure: text in, lines out.
 
+mod compile;
 mod config;
+mod exec;
 pub mod gen;
+mod ids;
 pub mod json;
+mod observe;
 mod ops;
 mod replay;
+mod session;
 
-pub use replay::{replay, replay_value, split_trace, Replay, ReplayEnd, Session, Step};
+pub use replay::{compile, replay, replay_value, split_trace, CompiledTrace, Replay, ReplayEnd};
+pub use session::{Session, Step};
 
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

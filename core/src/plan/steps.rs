@@ -145,6 +145,11 @@ pub enum PlanOp {
         /// The point was planned as covered (its tail blocks were reserved).
         #[serde(default)]
         covered: bool,
+        /// Random-KDA (dynamo_fpm.md §3, §8.1 invariant 49): Mamba/KDA groups get
+        /// private state blocks over `recurrent_shadow_range` (null placeholders
+        /// below, nothing shared) filled with deterministic random state.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        random_state: bool,
     },
     /// Release copy-on-write retentions taken by shadow registration.
     ReleaseCow,

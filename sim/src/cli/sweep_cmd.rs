@@ -14,6 +14,7 @@ use crate::exec::Outcome;
 use crate::output::write_atomic;
 use crate::sweep::{rank_path, run_sweep_with};
 use kvsim_core::fpm::sweep::SweepOptions;
+use kvsim_core::plan::GroupKindName;
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -36,6 +37,10 @@ pub struct SweepArgs {
     /// no point or warm-up stage starts after it; the artifact is then partial.
     #[arg(long)]
     pub timeout_seconds: Option<f64>,
+    /// Turn random KDA on (`randomize_kda_state`, §1.1): shadows get private,
+    /// deterministic random recurrent state; the scenario needs a Mamba/KDA group.
+    #[arg(long)]
+    pub random_kda: bool,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -57,6 +62,17 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         }
         (None, None) => return Err(CliError::Input("give --scenario NAME or --scenario-file FILE".into())),
     };
+    let mut s = s;
+    if a.random_kda {
+        let state = s.scenario.model.groups.iter().any(|g| g.kind == GroupKindName::Mamba);
+        if !state {
+            return Err(CliError::Input(format!(
+                "--random-kda needs a Mamba/KDA state group; scenario {} has none",
+                s.name
+            )));
+        }
+        s.bench.random_kda = true;
+    }
     validate_scenario(&s).map_err(|e| CliError::Input(format!("scenario {}: {e}", s.name)))?;
     let strategy = Strategy::parse(&a.strategy).ok_or_else(|| {
         CliError::Input(format!(
@@ -131,7 +147,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         .meta
         .executions
         .iter()
-        .filter(|e| e.rank == 0 && e.kv_seed_regime == "real_kv")
+        .filter(|e| {
+            e.rank == 0 && (e.kv_seed_regime == "real_kv" || e.kv_seed_regime == "real_attention_kv_random_kda")
+        })
         .map(|e| e.point.total_kv_read_tokens)
         .sum();
     say(format_args!(

@@ -17,10 +17,10 @@ use crate::engine::{Engine, Mismatch};
 use crate::fpm::capacity::LayoutNeed;
 use crate::fpm::grid::{
     decode_admission, decode_step_plan, BenchmarkPoint, BlockNeed, BlockNeedQuery, DecodeAdmission, DecodeStepInput,
-    GiantKvPolicy, Grid, GridConfig, PointType, SampleReason,
+    GiantKvPolicy, Grid, GridConfig, PointKey, PointType, SampleReason,
 };
-use crate::kv::GroupKind;
-use crate::plan::{BatchEntry, Expect, PlanOp, ShadowGroup, TailMode, Tokens};
+use crate::kv::{GroupKind, NULL_BLOCK};
+use crate::plan::{BatchEntry, Expect, FaultSpec, PlanOp, ShadowGroup, TailMode, Tokens};
 
 /// Apply one op the planner built to its own engine; a refusal or a planner
 /// violation means the planner is wrong.
@@ -101,9 +101,24 @@ fn chain_tokens(rank: u32, i: usize, len: u64, vocab: u64) -> Tokens {
 
 /// `_kvwarm_shadow_tail_blocks(repeats)` (§2.3): worst case per request, with
 /// `h = max(2, repeats)`, Σ over groups of `1 + ceil(h / bs)` (positional groups).
+/// Random-state (Mamba/KDA, random KDA on) groups count `1 + ceil((h + 1) / bs)`:
+/// their private span starts one block lower (`recurrent_shadow_range`).
 pub fn shadow_tail_blocks(need: &LayoutNeed, repeats: u64) -> u64 {
     let h = repeats.max(2);
-    need.config.groups.iter().map(|g| 1 + h.div_ceil(g.block_size)).sum()
+    need.config
+        .groups
+        .iter()
+        .map(|g| {
+            let x = u64::from(matches!(g.kind, GroupKind::Mamba { .. }));
+            1 + (h + x).div_ceil(g.block_size)
+        })
+        .sum()
+}
+
+/// `recurrent_shadow_range(ctx, headroom, bs)` (§2.3): the private state span
+/// `[first, end)` of a random-state group.
+pub fn recurrent_shadow_range(ctx: u64, headroom: u64, bs: u64) -> (u64, u64) {
+    (ctx.saturating_sub(1) / bs, (ctx + 1 + headroom).div_ceil(bs))
 }
 
 /// Build the `register_shadow` op for `shadow` borrowing `chain` at `ctx` with
@@ -114,6 +129,21 @@ pub fn shadow_tail_blocks(need: &LayoutNeed, repeats: u64) -> u64 {
 /// pool hands out next (`get_new_blocks` pops the free queue's front; shared and
 /// CoW-source blocks are the chain's, so referencing them moves nothing).
 pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, headroom: u64, covered: bool) -> PlanOp {
+    shadow_registration_with(e, shadow, chain, ctx, headroom, covered, false)
+}
+
+/// `shadow_registration`; with `random_state` (random KDA, §3, invariant 49)
+/// Mamba/KDA groups get a private span over `recurrent_shadow_range` with null
+/// placeholders below it, borrowing nothing from the chain.
+pub fn shadow_registration_with(
+    e: &Engine,
+    shadow: &str,
+    chain: &str,
+    ctx: u64,
+    headroom: u64,
+    covered: bool,
+    random_state: bool,
+) -> PlanOp {
     let failed = || PlanOp::RegisterShadow {
         shadow: shadow.to_string(),
         chain: chain.to_string(),
@@ -123,7 +153,12 @@ pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, head
         groups: Vec::new(),
         ok: false,
         covered,
+        random_state,
     };
+    if e.fail_next_registration {
+        // A local stage failure (`stage_failure` fault) is coming: report it.
+        return failed();
+    }
     let Some(c) = e.requests.get(chain) else {
         return failed();
     };
@@ -131,6 +166,11 @@ pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, head
     // Phase 1: every group's span, before anything is drawn.
     let mut spans = Vec::new();
     for (g, grp) in e.kv.config.groups.iter().enumerate() {
+        if random_state && matches!(grp.kind, GroupKind::Mamba { .. }) {
+            let (first, end) = recurrent_shadow_range(ctx, headroom, grp.block_size);
+            spans.push((vec![NULL_BLOCK; first as usize], (end - first) as usize, None));
+            continue;
+        }
         if !matches!(grp.kind, GroupKind::FullAttention | GroupKind::Mla) {
             // DECISION: only positional full-attention/MLA groups are borrowed (the
             // chain gate rejects state layers; windows are not chain-eligible here).
@@ -174,11 +214,13 @@ pub fn shadow_registration(e: &Engine, shadow: &str, chain: &str, ctx: u64, head
         groups,
         ok: true,
         covered,
+        random_state,
     }
 }
 
 /// One decode point with its admission and whether the rung plan covers it.
 struct Point {
+    key: PointKey,
     point: BenchmarkPoint,
     adm: DecodeAdmission,
     covered: bool,
@@ -216,6 +258,7 @@ pub(super) fn plan_chain_sweep(
         let adm = decode_admission(entry.point.batch_size, entry.point.total_kv_read_tokens)
             .map_err(|e| SweepError(e.to_string()))?;
         points.push(Point {
+            key: entry.key.clone(),
             point: entry.point.clone(),
             adm,
             covered: false,
@@ -232,8 +275,14 @@ pub(super) fn plan_chain_sweep(
         }
     }
     let max_running = u64::from(s.scenario.scheduler.max_num_seqs);
+    let attention_dp = p.attention_dp();
     for (b, depth) in rungs.iter_mut() {
-        let usable = cfg.grid_usable_blocks(*b, true);
+        let mut usable = cfg.grid_usable_blocks(*b, true);
+        if attention_dp {
+            // §7.4: the plan trim keeps an 85 % pool margin under attention DP.
+            // DECISION: part II's single-rank trim keeps the whole usable pool.
+            usable = usable * 85 / 100;
+        }
         let fits = |d: u64| (blocks(d) + tail) * *b <= usable;
         if 2 * *b > max_running {
             // V-E slot budget (§3.1 step 4; §8.2 bug 25): B parked chains and B
@@ -259,6 +308,7 @@ pub(super) fn plan_chain_sweep(
         }
     }
     let depth_of = |b: u64| rungs.iter().find(|(x, _)| *x == b).map_or(0, |r| r.1);
+    let mut dropped = Vec::new();
     for pt in &mut points {
         let depth = depth_of(pt.point.batch_size);
         let max_inj = pt.adm.injected_lengths.iter().copied().max().unwrap_or(1);
@@ -269,50 +319,88 @@ pub(super) fn plan_chain_sweep(
             let want = (max_inj + point_need).min(depth_cap);
             let usable = cfg.grid_usable_blocks(b, true);
             let required = (blocks(want) + tail) * b;
-            if required > usable {
-                p.meta.capacity_fallbacks.push(CapacityFallback {
-                    benchmark_id: Some(pt.point.benchmark_id),
-                    batch: b,
-                    depth: want,
-                    required_blocks: required,
-                    usable_blocks: usable,
-                    total_kv_read_tokens: pt.point.total_kv_read_tokens,
-                });
+            let fallback = CapacityFallback {
+                benchmark_id: Some(pt.point.benchmark_id),
+                batch: b,
+                depth: want,
+                required_blocks: required,
+                usable_blocks: usable,
+                total_kv_read_tokens: pt.point.total_kv_read_tokens,
+            };
+            if attention_dp {
+                dropped.push((pt.key.clone(), fallback));
+            } else if required > usable {
+                p.meta.capacity_fallbacks.push(fallback);
             }
+        }
+    }
+    if attention_dp {
+        // §7.4: attention-DP grids are real-KV only; the rest is renumbered.
+        let g = super::dp::drop_uncovered(p, grid, dropped);
+        points.retain(|pt| pt.covered);
+        for pt in &mut points {
+            pt.point.benchmark_id = g.find(&pt.key).expect("kept").point.benchmark_id;
         }
     }
     // Reorder #2 (§3.1 step 6): covered points first, then the fake ones, each in
     // grid order; fake injection would evict the chains' cached blocks.
     let mut stage: Option<(u64, u64)> = None; // (batch, generation)
     let mut generation = 0u64;
+    // A rung the group verdict failed at stage close (§7.3), and points that fell
+    // back after a local failure on a single rank (measured on synthetic KV later).
+    let mut failed_rung: Option<u64> = None;
+    let mut demoted: Vec<u64> = Vec::new();
     for pt in points.iter().filter(|p| p.covered) {
         if p.stop_before_point() {
             break;
         }
         let b = pt.point.batch_size;
+        if failed_rung == Some(b) {
+            p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+            continue;
+        }
         if stage.map(|s| s.0) != Some(b) {
             if let Some((ob, g)) = stage.take() {
                 shed_chains(p, g, ob as usize);
             }
             generation += 1;
-            if let Err(added) = build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id) {
-                // Abandoned at the soft deadline (§1.12, §8.2 bug 5): shed, stop.
-                if added {
-                    shed_chains(p, generation, b as usize);
+            match build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id) {
+                Err(added) => {
+                    // Abandoned at the soft deadline (§1.12, §8.2 bug 5): shed, stop.
+                    if added {
+                        shed_chains(p, generation, b as usize);
+                    }
+                    break;
                 }
-                break;
+                Ok(false) => {
+                    // The group failed the stage: every rank sheds its fleet and the
+                    // rung's points are skipped on every rank (§7.3 group_fallback, §7.4).
+                    shed_chains(p, generation, b as usize);
+                    failed_rung = Some(b);
+                    p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+                    continue;
+                }
+                Ok(true) => stage = Some((b, generation)),
             }
-            stage = Some((b, generation));
         }
         let (_, g) = stage.expect("a stage is active");
-        plan_shadow_execution(p, pt, g)?;
+        if !plan_shadow_execution(p, pt, g)? {
+            if attention_dp {
+                p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+            } else {
+                demoted.push(pt.point.benchmark_id);
+            }
+        }
     }
     // Chains are shed before a fake-fallback point and at the end (§3.3, §3.7).
     if let Some((ob, g)) = stage.take() {
         shed_chains(p, g, ob as usize);
     }
     let usable = cfg.capacity.usable_blocks_with_watermark;
-    for pt in points.iter().filter(|p| !p.covered) {
+    for pt in points
+        .iter()
+        .filter(|p| !p.covered || demoted.contains(&p.point.benchmark_id))
+    {
         if p.stop_before_point() {
             break;
         }
@@ -337,10 +425,16 @@ pub(super) fn plan_chain_sweep(
             point.sample_reasons.push(SampleReason::ContextClamped);
         }
         point.sample_reasons.push(SampleReason::KvwarmFakeFallback);
+        // §5.2 (V-E): a fake-fallback row under random KDA is `fake_attention_kv_random_kda`.
+        let regime = if s.bench.random_kda {
+            "fake_attention_kv_random_kda"
+        } else {
+            "fake_fallback"
+        };
         plan_execution(
             p,
             point,
-            "fake_fallback".into(),
+            regime.into(),
             Kv::Fake,
             &pt.adm.injected_lengths,
             steps.extra_steps,
@@ -348,6 +442,9 @@ pub(super) fn plan_chain_sweep(
     }
     Ok(())
 }
+
+/// §7.4 skip reason: a point whose stage failed after planning, under attention DP.
+const STAGE_FAILED_UNDER_DP: &str = "stage_failed_under_attention_dp";
 
 fn chain_id(generation: u64, rank: u32, i: usize) -> String {
     format!("kvwarm_chain.g{generation}.dp{rank}.c{i}")
@@ -357,32 +454,41 @@ fn chain_id(generation: u64, rank: u32, i: usize) -> String {
 /// `depth` tokens, chunk-prefill them through the normal scheduler (each admission
 /// hits the previous generation's cached blocks), then wait until every chain has
 /// computed its prompt and has no output placeholder in flight (parked).
-/// `Err(added)` when the soft deadline was seen before or during the build: no
+/// `Ok(group verdict)` once parked (§7.3: under attention DP the rung's worst-case
+/// shadow tails must fit every rank's free pool with the fleet parked, invariant
+/// 35); `Err(added)` when the soft deadline was seen before or during the build: no
 /// stage starts or continues after it (§3.3 step 4; §8.1 invariant 36); the
 /// caller sheds the chains added so far.
-fn build_stage(
-    p: &mut Planner<'_>,
-    generation: u64,
-    batch: usize,
-    depth: u64,
-    first_point: u64,
-) -> Result<(), bool> {
+fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, first_point: u64) -> Result<bool, bool> {
     let s = p.s;
     let vocab = s.scenario.model.vocab_size;
     let budget = s.scenario.scheduler.max_num_batched_tokens;
     let first_step = p.next_step;
     let mut added = false;
     let mut computed_tokens = 0u64;
+    let dp = p.attention_dp();
+    let align = s
+        .scenario
+        .kv_config()
+        .groups
+        .iter()
+        .any(|g| matches!(g.kind, GroupKind::Mamba { .. }));
+    let block = s.scenario.kv_config().scheduler_block_size();
+    // Under attention DP a rank whose pool cannot take its fleet fails its stage
+    // locally: it stops building, sheds its chains at once, and idles until every
+    // rank is done (V-E stage round, §7.3; invariant 34).
+    let mut local: Vec<Local> = vec![Local::Building; s.scenario.dp_ranks as usize];
     // Chains that never stop on their own: Dynamo's max_tokens=100_000 with
     // ignore_eos; kvsim's chains produce one sampled token and are never decoded.
     for _ in 0..100_000 {
         let parked = added
             && (0..s.scenario.dp_ranks).all(|rank| {
                 let e = p.engine(rank);
-                (0..batch).all(|i| {
-                    let r = &e.requests[&chain_id(generation, rank, i)].req;
-                    r.num_computed_tokens >= depth && r.num_output_placeholders == 0
-                })
+                local[rank as usize] != Local::Building
+                    || (0..batch).all(|i| {
+                        let r = &e.requests[&chain_id(generation, rank, i)].req;
+                        r.num_computed_tokens >= depth && r.num_output_placeholders == 0
+                    })
             });
         if parked {
             break;
@@ -398,6 +504,7 @@ fn build_stage(
                         depth,
                         steps,
                         soft_timeout: true,
+                        group_fallback: false,
                     });
                 }
                 p.meta.untimed_prefill_tokens += computed_tokens;
@@ -416,6 +523,22 @@ fn build_stage(
                     });
                 }
             }
+            match local[rank as usize] {
+                Local::Building => {}
+                Local::Failed => {
+                    // The local failure is shed on this rank at once.
+                    for i in 0..batch {
+                        live.op(PlanOp::Shed {
+                            req: chain_id(generation, rank, i),
+                            fenced: true,
+                        });
+                    }
+                    live.op(PlanOp::ProcessOutputs);
+                    local[rank as usize] = Local::Shed;
+                    return;
+                }
+                Local::Shed => return,
+            }
             let mut left = budget;
             let mut fwd = Vec::new();
             for i in 0..batch {
@@ -433,8 +556,16 @@ fn build_stage(
                 } else {
                     0
                 };
-                let n = (depth - r.num_computed_tokens - hit).min(left);
-                live.op(PlanOp::Schedule {
+                let mut n = (depth - r.num_computed_tokens - hit).min(left);
+                if align && r.num_computed_tokens + hit + n < depth {
+                    // Align-mode state groups: chunks end on block boundaries, as
+                    // vLLM's scheduler splits them (as the native prefill does).
+                    n = n / block * block;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let op = PlanOp::Schedule {
                     req: id.clone(),
                     num_new_tokens: n,
                     use_prefix_cache: true,
@@ -444,7 +575,13 @@ fn build_stage(
                         hit_tokens: admitting.then_some(hit),
                         ..Default::default()
                     },
-                });
+                };
+                if dp && live.e.clone().apply(&op).is_err() {
+                    // The pool refuses the chain on this rank: a local stage failure.
+                    local[rank as usize] = Local::Failed;
+                    break;
+                }
+                live.op(op);
                 left -= n;
                 let completes = live.e.requests[&id].req.num_computed_tokens + n >= depth;
                 fwd.push(BatchEntry {
@@ -465,6 +602,16 @@ fn build_stage(
         added = true;
     }
     let steps = p.next_step - first_step;
+    // §7.3 (last bullet), invariant 35: each rank's local verdict is whether the
+    // rung's worst-case shadow tails fit its free pool with the fleet parked; the
+    // group verdict is the AND, the same on every rank.
+    let verdict = !dp || {
+        let need = LayoutNeed::new(s.scenario.kv_config());
+        let tails = shadow_tail_blocks(&need, s.bench.giant_kv_repeats) * batch as u64;
+        (0..s.scenario.dp_ranks).all(|rank| {
+            local[rank as usize] == Local::Building && p.engine(rank).kv.pool.num_free_blocks() as u64 >= tails
+        })
+    };
     for rank in 0..s.scenario.dp_ranks {
         p.meta.stages.push(StageRecord {
             rank,
@@ -473,31 +620,44 @@ fn build_stage(
             depth,
             steps,
             soft_timeout: false,
+            group_fallback: !verdict,
         });
     }
     p.meta.untimed_prefill_tokens += computed_tokens;
-    Ok(())
+    Ok(verdict)
+}
+
+/// A rank's part in a stage under attention DP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Local {
+    Building,
+    /// Failed locally this step; its chains are shed in the next.
+    Failed,
+    Shed,
 }
 
 /// `_kvwarm_shed_chains` (§3.7): retire every chain through `finish_requests`
 /// (fenced), then drain the fence before anything draws from the pool again.
+/// Chains a rank already shed after a local failure are not shed twice.
 fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
-    p.step(|rank| {
-        let mut ops: Vec<PlanOp> = (0..batch)
-            .map(|i| PlanOp::Shed {
-                req: chain_id(generation, rank, i),
-                fenced: true,
-            })
-            .collect();
-        ops.push(PlanOp::ProcessOutputs);
-        ops
+    p.step_live(|rank, live| {
+        for i in 0..batch {
+            let id = chain_id(generation, rank, i);
+            if live.e.requests.contains_key(&id) {
+                live.op(PlanOp::Shed { req: id, fenced: true });
+            }
+        }
+        live.op(PlanOp::ProcessOutputs);
     });
 }
 
 /// One covered point on shadows (§3.5, §1.10): register one shadow per request in
 /// the untimed injection step, release the CoW retentions there, then the timed
 /// admission and steady steps, then retire the shadows through the fence.
-fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Result<(), SweepError> {
+/// Returns false when a rank failed locally: the group verdict (AND over ranks,
+/// taken before the point is injected) makes every rank retire the shadows it
+/// registered and not measure the point (§7.3; §8.1 invariant 34).
+fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Result<bool, SweepError> {
     let s = p.s;
     let id = pt.point.benchmark_id;
     let vocab = s.scenario.model.vocab_size;
@@ -521,27 +681,67 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     // `headroom = max(1, extra steps)` (§3.5 step 1).
     let headroom = steps.extra_steps.max(1);
     let req = |rank: u32, slot: usize| format!("p{id}.r{rank}.shadow{slot}");
-    let mut failed = false;
+    let ranks = s.scenario.dp_ranks as usize;
+    let random_kda = s.bench.random_kda;
+    let mut registered: Vec<Vec<usize>> = vec![Vec::new(); ranks];
+    let mut local_ok = vec![true; ranks];
+    let mut unanticipated = false;
     p.step_live(|rank, live| {
         for (slot, &ctx) in injected.iter().enumerate() {
-            let op = shadow_registration(
+            let armed = live.e.fail_next_registration;
+            let op = shadow_registration_with(
                 live.e,
                 &req(rank, slot),
                 &chain_id(generation, rank, slot),
                 ctx,
                 headroom,
                 true,
+                random_kda,
             );
-            failed |= matches!(op, PlanOp::RegisterShadow { ok: false, .. });
-            live.op(op);
+            if matches!(op, PlanOp::RegisterShadow { ok: true, .. }) {
+                live.op(op);
+                registered[rank as usize].push(slot);
+                continue;
+            }
+            // A local failure: the injected one is attempted (and consumed); a pool
+            // shortfall is caught by the pre-check and nothing is attempted (§3.5
+            // step 2). Either way this rank stops registering for the point.
+            if armed {
+                live.op(op);
+            } else {
+                unanticipated = true;
+            }
+            local_ok[rank as usize] = false;
+            break;
         }
         // §3.6 / §8.2 bug 11: CoW retentions released in the injection window.
         live.op(PlanOp::ReleaseCow);
     });
-    if failed {
+    let environment_faults = p
+        .faults
+        .iter()
+        .any(|f| matches!(f, FaultSpec::ShrinkPool { .. } | FaultSpec::Abort { .. }));
+    if unanticipated && !environment_faults {
         return Err(SweepError(format!(
             "point {id}: a covered shadow failed to register (the plan did not reserve its tail)"
         )));
+    }
+    if local_ok.contains(&false) {
+        // Group verdict false: every rank retires what it registered, nothing is injected.
+        if registered.iter().any(|r| !r.is_empty()) {
+            p.step(|rank| {
+                let mut ops: Vec<PlanOp> = registered[rank as usize]
+                    .iter()
+                    .map(|&slot| PlanOp::Finish {
+                        req: req(rank, slot),
+                        fenced: true,
+                    })
+                    .collect();
+                ops.push(PlanOp::ProcessOutputs);
+                ops
+            });
+        }
+        return Ok(false);
     }
     let mut timed = Vec::new();
     let mut kv_tokens = Vec::new();
@@ -561,6 +761,12 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     }
     point.sample_reasons.push(SampleReason::KvwarmRealKv);
     p.finished_points += 1;
+    // §5.2: random KDA labels real rows `real_attention_kv_random_kda`.
+    let regime = if random_kda {
+        "real_attention_kv_random_kda"
+    } else {
+        "real_kv"
+    };
     for rank in 0..s.scenario.dp_ranks {
         let prompts = injected
             .iter()
@@ -578,7 +784,7 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
         p.meta.executions.push(ExecutionRecord {
             rank,
             point: point.clone(),
-            kv_seed_regime: "real_kv".into(),
+            kv_seed_regime: regime.into(),
             timed_steps: timed.clone(),
             decode_kv_tokens: kv_tokens.clone(),
             decode_kv_variance: variances.clone(),
@@ -586,5 +792,5 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
             warm_prefill_tokens: 0,
         });
     }
-    Ok(())
+    Ok(true)
 }

@@ -51,6 +51,9 @@ pub struct StageRecord {
     /// The stage was abandoned at the soft deadline (§5.3 `soft_timeout: true`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub soft_timeout: bool,
+    /// The group verdict failed the stage on every rank (§5.3 `group_fallback: true`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub group_fallback: bool,
 }
 
 /// A `skipped_points[]` entry (§5.4).
@@ -85,4 +88,7 @@ pub struct BenchmarkMeta {
     /// Points skipped by the group (e.g. `stage_failed_under_attention_dp`, §7.4).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedPoint>,
+    /// `missing_phases` (§7.4: `decode` when an attention-DP grid kept no decode point).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_phases: Vec<String>,
 }

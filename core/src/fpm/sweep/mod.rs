@@ -8,7 +8,7 @@ mod meta;
 mod ops;
 mod timeout;
 
-pub use chain::shadow_registration;
+pub use chain::{recurrent_shadow_range, shadow_registration, shadow_registration_with, shadow_tail_blocks};
 pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, SkippedPoint, StageRecord};
 
 use sha2::{Digest, Sha256};
@@ -130,8 +130,9 @@ pub fn plan_sweep_with(
     let verdict = gate(s);
     let chosen = choose(s, &verdict, requested)?;
     let need = LayoutNeed::new(s.scenario.kv_config());
-    let cfg = s.grid_config();
-    let grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
+    let mut cfg = s.grid_config();
+    dp::negotiate_capacity(s.scenario.dp_ranks, &opts.faults, &mut cfg);
+    let mut grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
     let usable = cfg.capacity.usable_blocks_with_watermark;
     let enabled = requested != Some(Strategy::Synthetic);
     let meta = BenchmarkMeta {
@@ -153,6 +154,7 @@ pub fn plan_sweep_with(
         config: timeout::config_with_override(s, opts),
         stop_reason: None,
         skipped: Vec::new(),
+        missing_phases: Vec::new(),
     };
     let mut p = Planner {
         s,
@@ -177,6 +179,51 @@ pub fn plan_sweep_with(
         native_reserve: true,
         ..need.clone()
     };
+    let policy = GiantKvPolicy {
+        threshold_tokens: s.bench.giant_kv_threshold,
+        repeats: s.bench.giant_kv_repeats,
+    };
+    // The native footprint of a point on its real-KV plan (seed 000).
+    let native_required = |point: &BenchmarkPoint| -> Result<(u64, u64), SweepError> {
+        let adm =
+            decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
+        let real = decode_step_plan(
+            DecodeStepInput {
+                kvwarm_enabled: enabled,
+                kvwarm_real: true,
+                total_kv_read_tokens: point.total_kv_read_tokens,
+                injected_lengths: &adm.injected_lengths,
+                max_model_len: s.scenario.scheduler.max_model_len,
+                usable_blocks_with_watermark: usable,
+            },
+            policy,
+            &need,
+        );
+        let depth = adm.injected_lengths.iter().copied().max().unwrap_or(0);
+        Ok((
+            native_footprint(&native_need, &adm.injected_lengths, real.expected_fpms),
+            depth,
+        ))
+    };
+    if chosen == Some(Strategy::Native) && p.attention_dp() {
+        // §7.4: attention-DP grids are real-KV only.
+        let mut dropped = Vec::new();
+        for e in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
+            let (required, depth) = native_required(&e.point)?;
+            if required > usable {
+                let fallback = CapacityFallback {
+                    benchmark_id: None,
+                    batch: e.point.batch_size,
+                    depth,
+                    required_blocks: required,
+                    usable_blocks: usable,
+                    total_kv_read_tokens: e.point.total_kv_read_tokens,
+                };
+                dropped.push((e.key.clone(), fallback));
+            }
+        }
+        grid = dp::drop_uncovered(&mut p, &grid, dropped);
+    }
     for entry in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
         if p.stop_before_point() {
             break;
@@ -188,10 +235,6 @@ pub fn plan_sweep_with(
             Kv::Native
         } else {
             Kv::Fake
-        };
-        let policy = GiantKvPolicy {
-            threshold_tokens: s.bench.giant_kv_threshold,
-            repeats: s.bench.giant_kv_repeats,
         };
         let steps_for = |real: bool| {
             decode_step_plan(
@@ -361,6 +404,7 @@ fn plan_execution(
                 depth: injected.iter().copied().max().unwrap_or(0),
                 steps,
                 soft_timeout: false,
+                group_fallback: false,
             });
         }
         p.meta.untimed_prefill_tokens += warm;

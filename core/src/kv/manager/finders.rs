@@ -38,8 +38,11 @@ pub fn find_longest_cache_hit(
     };
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); groups.len()];
     let max_blocks = ((max_length / bs) as usize).min(view.len());
-    let push = |out: &mut Vec<Vec<u32>>, blocks: Vec<u32>| {
-        for (list, b) in out.iter_mut().zip(blocks) {
+    // One block per group for the probed position (reused across probes).
+    let mut hit: Vec<u32> = Vec::with_capacity(groups.len());
+    let probe = |i: usize, hit: &mut Vec<u32>| view.get(i).is_some_and(|h| pool.get_cached_block_into(h, groups, hit));
+    let push = |out: &mut Vec<Vec<u32>>, blocks: &[u32]| {
+        for (list, &b) in out.iter_mut().zip(blocks) {
             list.push(b);
         }
     };
@@ -47,16 +50,16 @@ pub fn find_longest_cache_hit(
         GroupKind::FullAttention | GroupKind::Mla => {
             // Downward-closed: stop at the first miss (chained hashes).
             for i in 0..max_blocks {
-                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
-                    Some(b) => push(&mut out, b),
-                    None => break,
+                if !probe(i, &mut hit) {
+                    break;
                 }
+                push(&mut out, &hit);
             }
-            let mut hit = out[0].len() as u64 * bs;
-            hit -= hit % alignment;
-            let keep = hit.div_ceil(bs) as usize;
+            let mut len = out[0].len() as u64 * bs;
+            len -= len % alignment;
+            let keep = len.div_ceil(bs) as usize;
             out.iter_mut().for_each(|l| l.truncate(keep));
-            (out, hit)
+            (out, len)
         }
         GroupKind::SlidingWindow { sliding_window } => {
             let need = (sliding_window - 1).div_ceil(bs) as usize;
@@ -65,23 +68,22 @@ pub fn find_longest_cache_hit(
             let mut run = 0usize;
             let mut found = false;
             for i in (0..max_blocks).rev() {
-                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
-                    Some(b) => {
-                        // A run's right edge must be aligned for a hybrid hit.
-                        if run == 0 && bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
-                            continue;
-                        }
-                        for (list, blk) in out.iter_mut().zip(b) {
-                            list[i] = blk;
-                        }
-                        run += 1;
-                        if run >= need {
-                            out.iter_mut().for_each(|l| l.truncate(i + run));
-                            found = true;
-                            break;
-                        }
-                    }
-                    None => run = 0,
+                if !probe(i, &mut hit) {
+                    run = 0;
+                    continue;
+                }
+                // A run's right edge must be aligned for a hybrid hit.
+                if run == 0 && bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
+                    continue;
+                }
+                for (list, &blk) in out.iter_mut().zip(&hit) {
+                    list[i] = blk;
+                }
+                run += 1;
+                if run >= need {
+                    out.iter_mut().for_each(|l| l.truncate(i + run));
+                    found = true;
+                    break;
                 }
             }
             if !found {
@@ -92,8 +94,8 @@ pub fn find_longest_cache_hit(
                     });
                 }
             }
-            let hit = out[0].len() as u64 * bs;
-            (out, hit)
+            let len = out[0].len() as u64 * bs;
+            (out, len)
         }
         GroupKind::ChunkedLocal { attention_chunk_size } => {
             // Everything left of the current chunk is a null "hit", even on an empty cache.
@@ -106,22 +108,22 @@ pub fn find_longest_cache_hit(
             let max_blocks = (max_length / bs) as usize;
             out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; start_blk]);
             for i in start_blk..max_blocks {
-                match view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
-                    Some(b) => push(&mut out, b),
-                    None => break,
+                if !probe(i, &mut hit) {
+                    break;
                 }
+                push(&mut out, &hit);
             }
-            let hit = out[0].len() as u64 * bs;
-            (out, hit)
+            let len = out[0].len() as u64 * bs;
+            (out, len)
         }
         GroupKind::Mamba { .. } => {
             // The last matching state suffices: scan right to left.
             for i in (0..max_blocks).rev() {
-                if let Some(b) = view.get(i).and_then(|h| pool.get_cached_block(h, groups)) {
+                if probe(i, &mut hit) {
                     if bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                         continue;
                     }
-                    for (list, blk) in out.iter_mut().zip(b) {
+                    for (list, &blk) in out.iter_mut().zip(&hit) {
                         list.extend(std::iter::repeat_n(NULL_BLOCK, i));
                         list.push(blk);
                     }

@@ -30,13 +30,18 @@ impl GroupManager {
         pool: &mut BlockPool,
         req: ReqId,
         num_tokens_main_model: u64,
-    ) -> Result<Vec<u32>, PoolError> {
+        out: &mut Vec<u32>,
+    ) -> Result<(), PoolError> {
         let required = cdiv(num_tokens_main_model as i64, self.bs()).max(0) as usize;
-        let table = self.tables.entry(req).or_default();
-        if required <= table.len() {
-            self.allocated.insert(req);
-            return Ok(Vec::new());
+        let held = self.tables.get(&req).map(Vec::len);
+        if required <= held.unwrap_or(0) {
+            if held.is_none() {
+                self.tables.entry(req); // vLLM's defaultdict makes the empty table
+            }
+            self.allocated.insert(req, ());
+            return Ok(());
         }
+        let table = self.tables.entry(req);
         let prev = table.len();
         // Already allocated: the old running state; else a prefix hit's state block.
         if prev > 0 {
@@ -53,31 +58,28 @@ impl GroupManager {
                 message: format!("mamba align allocation of {new} blocks (at most 1)"),
             });
         }
-        let new_blocks = pool.get_new_blocks(new)?;
-        let mut returned = table[prev..].to_vec();
-        table.extend_from_slice(&new_blocks);
-        returned.extend_from_slice(&new_blocks);
-        self.allocated.insert(req);
-        Ok(returned)
+        pool.get_new_blocks_into(new, table)?;
+        out.extend_from_slice(&table[prev..]);
+        self.allocated.insert(req, ());
+        Ok(())
     }
 
     /// Range freeing that skips interior nulls and never revisits retired entries.
     pub(super) fn mamba_remove_blocks_in_range(&mut self, pool: &mut BlockPool, req: ReqId, first: usize, last: usize) {
         let retired = self.num_retired.get(&req).copied().unwrap_or(0);
-        let Some(table) = self.tables.get_mut(&req) else { return };
+        let Some(len) = self.tables.get(&req).map(Vec::len) else {
+            return;
+        };
         let first = first.max(retired);
-        let last = last.min(table.len());
+        let last = last.min(len);
         if first >= last {
             return;
         }
-        let mut freed = Vec::new();
-        for i in (first..last).rev() {
-            if table[i] != NULL_BLOCK {
-                freed.push(table[i]);
-                table[i] = NULL_BLOCK;
-            }
-        }
-        pool.free_blocks(freed);
+        let table = self.tables.get_mut(&req).expect("checked above");
+        pool.free_blocks((first..last).rev().filter_map(|i| {
+            let b = std::mem::replace(&mut table[i], NULL_BLOCK);
+            (b != NULL_BLOCK).then_some(b)
+        }));
         self.num_retired.insert(req, last);
     }
 
@@ -87,10 +89,10 @@ impl GroupManager {
             return;
         };
         if (idx as i64) < cdiv(processed as i64, self.bs()) - 1 {
-            let table = self.tables.entry(req).or_default();
-            if table[idx] != NULL_BLOCK {
-                pool.free_blocks([table[idx]]);
-                table[idx] = NULL_BLOCK;
+            let blk = self.table(req)[idx];
+            if blk != NULL_BLOCK {
+                pool.free_blocks([blk]);
+                self.tables.get_mut(&req).expect("holds the state")[idx] = NULL_BLOCK;
             }
         }
     }

@@ -7,11 +7,14 @@
 
 mod finders;
 mod mamba;
+mod tables;
 
 pub use finders::find_longest_cache_hit;
+use tables::Tables;
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
-use super::hash::{BlockKey, FastMap, FastSet};
+use super::hash::{BlockKey, FastSet};
+use super::req_map::ReqMap;
 use super::request::{ReqId, Request};
 use super::spec::{GroupKind, GroupSpec, MambaMode};
 
@@ -23,18 +26,24 @@ pub struct GroupManager {
     /// Hit alignment; the hybrid coordinator sets it to `scheduler_block_size`.
     pub cache_hit_alignment: u64,
     pub admission_cap: Option<u64>,
-    pub(crate) tables: FastMap<ReqId, Vec<u32>>,
+    pub(crate) tables: Tables,
     /// Membership means "already running, no new hits possible" (§3.1).
-    pub(crate) num_cached: FastMap<ReqId, usize>,
+    pub(crate) num_cached: ReqMap<usize>,
     // Mamba "align" bookkeeping (§3.6).
-    pub(crate) allocated: FastSet<ReqId>,
-    pub(crate) last_state_idx: FastMap<ReqId, usize>,
-    pub(crate) num_retired: FastMap<ReqId, usize>,
+    pub(crate) allocated: ReqMap<()>,
+    pub(crate) last_state_idx: ReqMap<usize>,
+    pub(crate) num_retired: ReqMap<usize>,
     pub(crate) cached_this_step: FastSet<BlockKey>,
 }
 
 fn cdiv(a: i64, b: i64) -> i64 {
-    (a + b - 1).div_euclid(b)
+    // Block sizes are nearly always powers of two: an arithmetic shift floors
+    // exactly like `div_euclid` and spares a 64-bit division on the hot path.
+    if b > 0 && b & (b - 1) == 0 {
+        (a + b - 1) >> b.trailing_zeros()
+    } else {
+        (a + b - 1).div_euclid(b)
+    }
 }
 
 impl GroupManager {
@@ -45,11 +54,11 @@ impl GroupManager {
             enable_caching,
             cache_hit_alignment: spec.block_size,
             admission_cap,
-            tables: FastMap::default(),
-            num_cached: FastMap::default(),
-            allocated: FastSet::default(),
-            last_state_idx: FastMap::default(),
-            num_retired: FastMap::default(),
+            tables: Tables::default(),
+            num_cached: ReqMap::default(),
+            allocated: ReqMap::default(),
+            last_state_idx: ReqMap::default(),
+            num_retired: ReqMap::default(),
             cached_this_step: FastSet::default(),
         }
     }
@@ -72,6 +81,12 @@ impl GroupManager {
         self.tables.get(&req).map_or(&[], Vec::as_slice)
     }
 
+    /// The request's table and a stamp that changes whenever the table may have
+    /// (`None` without a table).
+    pub fn table_stamped(&self, req: ReqId) -> (&[u32], Option<u64>) {
+        self.tables.stamped(&req)
+    }
+
     pub fn tracks_cached(&self, req: ReqId) -> bool {
         self.num_cached.contains_key(&req)
     }
@@ -82,7 +97,7 @@ impl GroupManager {
 
     /// Live request ids with a table in this group (sorted, for checks).
     pub fn request_ids(&self) -> Vec<ReqId> {
-        let mut v: Vec<ReqId> = self.tables.keys().copied().collect();
+        let mut v: Vec<ReqId> = self.tables.keys().collect();
         v.sort_unstable();
         v
     }
@@ -156,7 +171,7 @@ impl GroupManager {
         if self.enable_caching {
             pool.touch(kept);
         }
-        let table = self.tables.entry(req).or_default();
+        let table = self.tables.entry(req);
         debug_assert!(table.is_empty());
         table.extend(std::iter::repeat_n(NULL_BLOCK, skipped));
         table.extend_from_slice(kept);
@@ -172,17 +187,36 @@ impl GroupManager {
         num_tokens: u64,
         num_tokens_main_model: u64,
     ) -> Result<Vec<u32>, PoolError> {
+        let mut out = Vec::new();
+        self.allocate_new_blocks_into(pool, req, num_tokens, num_tokens_main_model, &mut out)?;
+        Ok(out)
+    }
+
+    /// `allocate_new_blocks`, appending the returned blocks to `out`.
+    pub fn allocate_new_blocks_into(
+        &mut self,
+        pool: &mut BlockPool,
+        req: ReqId,
+        num_tokens: u64,
+        num_tokens_main_model: u64,
+        out: &mut Vec<u32>,
+    ) -> Result<(), PoolError> {
         if self.is_mamba_align() {
-            return self.mamba_allocate_new_blocks(pool, req, num_tokens_main_model);
+            return self.mamba_allocate_new_blocks(pool, req, num_tokens_main_model, out);
         }
-        let table = self.tables.entry(req).or_default();
-        let new = cdiv(num_tokens as i64, self.spec.block_size as i64) - table.len() as i64;
+        let held = self.tables.get(&req).map(Vec::len);
+        let new = cdiv(num_tokens as i64, self.spec.block_size as i64) - held.unwrap_or(0) as i64;
         if new <= 0 {
-            return Ok(Vec::new());
+            if held.is_none() {
+                self.tables.entry(req); // vLLM's defaultdict makes the empty table
+            }
+            return Ok(());
         }
-        let blocks = pool.get_new_blocks(new as usize)?;
-        table.extend_from_slice(&blocks);
-        Ok(blocks)
+        let table = self.tables.entry(req);
+        let start = table.len();
+        pool.get_new_blocks_into(new as usize, table)?;
+        out.extend_from_slice(&table[start..]);
+        Ok(())
     }
 
     /// `cache_blocks`: register the newly full blocks of the request (§3.2).
@@ -199,13 +233,12 @@ impl GroupManager {
         let hashed = request.block_hashes.len() as u64 * hash_block_size;
         let full = (num_tokens.min(hashed) / bs) as usize;
         if before < full {
-            let mask = self.reachable_block_mask(before, full);
+            let reachable = self.reachable_blocks();
             let scale = (bs / hash_block_size) as usize;
             let table = self.tables.get(&req).map_or(&[][..], Vec::as_slice);
             let end = full.min(table.len());
-            let new_blocks: Vec<(usize, u32)> = (before..end).map(|i| (i, table[i])).collect();
-            for (i, blk) in new_blocks {
-                if blk == NULL_BLOCK || mask.as_ref().is_some_and(|m| !m[i - before]) {
+            for (i, &blk) in table.iter().enumerate().take(end).skip(before) {
+                if blk == NULL_BLOCK || reachable.is_some_and(|(per, need)| i % per < per - need) {
                     continue;
                 }
                 // The coarse view: element i is the last fine hash inside block i (§2.6).
@@ -259,8 +292,9 @@ impl GroupManager {
     }
 
     /// `reachable_block_mask`: with a hybrid alignment above the block size, only the
-    /// trailing blocks of each aligned segment can serve a sliding-window hit (§3.4).
-    fn reachable_block_mask(&self, start: usize, end: usize) -> Option<Vec<bool>> {
+    /// trailing `need` blocks of each aligned segment of `per` blocks can serve a
+    /// sliding-window hit (§3.4). `None`: every block is reachable.
+    fn reachable_blocks(&self) -> Option<(usize, usize)> {
         let GroupKind::SlidingWindow { sliding_window } = self.spec.kind else {
             return None;
         };
@@ -273,7 +307,7 @@ impl GroupManager {
         if need >= per_segment {
             return None;
         }
-        Some((start..end).map(|i| i % per_segment >= per_segment - need).collect())
+        Some((per_segment, need))
     }
 
     /// `remove_skipped_blocks`: free blocks that left the window (§3.2).
@@ -294,38 +328,63 @@ impl GroupManager {
         if self.is_mamba_align() {
             return self.mamba_remove_blocks_in_range(pool, req, first, last);
         }
-        let Some(table) = self.tables.get_mut(&req) else { return };
+        let Some(table) = self.tables.get(&req) else { return };
         let last = last.min(table.len());
-        let mut freed = Vec::new();
-        for i in (first..last).rev() {
-            if table[i] == NULL_BLOCK {
-                break;
-            }
-            freed.push(table[i]);
-            table[i] = NULL_BLOCK;
+        // Freeing stops at the first null from the right: nothing to do if the range
+        // ends in one (the usual case: those blocks left the window earlier).
+        if first >= last || table[last - 1] == NULL_BLOCK {
+            return;
         }
-        pool.free_blocks(freed);
+        let table = self.tables.get_mut(&req).expect("checked above");
+        pool.free_blocks((first..last).rev().map_while(|i| {
+            let b = std::mem::replace(&mut table[i], NULL_BLOCK);
+            (b != NULL_BLOCK).then_some(b)
+        }));
     }
 
     /// `pop_blocks_for_free`: the table without its leading nulls (0.33 `trim_null_head`).
     pub fn pop_blocks_for_free(&mut self, req: ReqId) -> Vec<u32> {
-        let table = self.tables.remove(&req).unwrap_or_default();
-        self.num_cached.remove(&req);
-        self.allocated.remove(&req);
-        self.last_state_idx.remove(&req);
-        self.num_retired.remove(&req);
+        let mut table = self.forget(req);
         let head = table.iter().take_while(|&&b| b == NULL_BLOCK).count();
-        table[head..].to_vec()
+        table.drain(..head);
+        table
     }
 
     /// `free`: the table tail-first.
     pub fn free(&mut self, pool: &mut BlockPool, req: ReqId) {
-        let blocks = self.pop_blocks_for_free(req);
-        pool.free_blocks(blocks.into_iter().rev());
+        let table = self.forget(req);
+        let head = table.iter().take_while(|&&b| b == NULL_BLOCK).count();
+        pool.free_blocks(table[head..].iter().rev().copied());
+        self.tables.recycle(table);
+    }
+
+    /// Drop every trace of the request; returns its table.
+    fn forget(&mut self, req: ReqId) -> Vec<u32> {
+        self.num_cached.remove(&req);
+        if self.is_mamba_align() {
+            self.allocated.remove(&req);
+            self.last_state_idx.remove(&req);
+            self.num_retired.remove(&req);
+        }
+        self.tables.remove(&req).unwrap_or_default()
     }
 
     /// `new_step_starts`: Mamba forgets which states were cached this step.
     pub fn new_step_starts(&mut self) {
         self.cached_this_step.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cdiv;
+
+    #[test]
+    fn cdiv_rounds_up_like_python_for_any_sign_and_size() {
+        for b in 1..=20i64 {
+            for a in -50..=50i64 {
+                assert_eq!(cdiv(a, b), (a + b - 1).div_euclid(b), "{a} / {b}");
+            }
+        }
     }
 }

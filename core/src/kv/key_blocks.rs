@@ -1,0 +1,91 @@
+//! The block ids registered under one prefix-cache key, first-inserted first.
+//! Nearly always a single block, so up to three are kept inline: caching a
+//! block then allocates nothing.
+
+#[derive(Clone, Debug)]
+pub enum KeyBlocks {
+    Inline { len: u8, ids: [u32; 3] },
+    Heap(Vec<u32>),
+}
+
+impl KeyBlocks {
+    pub fn one(id: u32) -> Self {
+        KeyBlocks::Inline {
+            len: 1,
+            ids: [id, 0, 0],
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        match self {
+            KeyBlocks::Inline { len, ids } => &ids[..*len as usize],
+            KeyBlocks::Heap(v) => v,
+        }
+    }
+
+    pub fn first(&self) -> u32 {
+        self.as_slice()[0]
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        self.as_slice().contains(&id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    pub fn push(&mut self, id: u32) {
+        match self {
+            KeyBlocks::Inline { len, ids } if (*len as usize) < ids.len() => {
+                ids[*len as usize] = id;
+                *len += 1;
+            }
+            KeyBlocks::Inline { ids, .. } => {
+                let mut v = ids.to_vec();
+                v.push(id);
+                *self = KeyBlocks::Heap(v);
+            }
+            KeyBlocks::Heap(v) => v.push(id),
+        }
+    }
+
+    /// Remove `id`, keeping the others' order; false if it is not here.
+    pub fn remove(&mut self, id: u32) -> bool {
+        let Some(pos) = self.as_slice().iter().position(|&b| b == id) else {
+            return false;
+        };
+        match self {
+            KeyBlocks::Inline { len, ids } => {
+                ids.copy_within(pos + 1..*len as usize, pos);
+                *len -= 1;
+            }
+            KeyBlocks::Heap(v) => {
+                v.remove(pos);
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_insertion_order_inline_and_on_the_heap() {
+        let mut k = KeyBlocks::one(5);
+        for id in [6, 7, 8, 9] {
+            k.push(id);
+        }
+        assert_eq!(k.as_slice(), [5, 6, 7, 8, 9]);
+        assert!(k.remove(7) && !k.remove(7));
+        assert_eq!(k.as_slice(), [5, 6, 8, 9]);
+        let mut k = KeyBlocks::one(1);
+        k.push(2);
+        k.push(3);
+        assert!(k.remove(1));
+        assert_eq!((k.first(), k.as_slice()), (2, &[2, 3][..]));
+        assert!(k.remove(2) && k.remove(3) && k.is_empty());
+    }
+}

@@ -1,0 +1,109 @@
+//! A map keyed by request id. Schedulers and replayers hand ids out densely
+//! from 0, so small ids index a vector directly (no hashing, no probing); any
+//! other id goes to a hash map. Per-request manager state lives in these.
+
+use super::hash::FastMap;
+use super::request::ReqId;
+
+/// Ids below this index the vector (bounding its size); the rest are hashed.
+const DIRECT: usize = 1 << 16;
+
+#[derive(Clone, Debug)]
+pub struct ReqMap<V> {
+    direct: Vec<Option<V>>,
+    rest: FastMap<ReqId, V>,
+}
+
+impl<V> Default for ReqMap<V> {
+    fn default() -> Self {
+        ReqMap {
+            direct: Vec::new(),
+            rest: FastMap::default(),
+        }
+    }
+}
+
+impl<V> ReqMap<V> {
+    pub fn get(&self, req: &ReqId) -> Option<&V> {
+        match self.direct.get(*req as usize) {
+            Some(slot) => slot.as_ref(),
+            None if *req as usize >= DIRECT => self.rest.get(req),
+            None => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, req: &ReqId) -> Option<&mut V> {
+        match self.direct.get_mut(*req as usize) {
+            Some(slot) => slot.as_mut(),
+            None if *req as usize >= DIRECT => self.rest.get_mut(req),
+            None => None,
+        }
+    }
+
+    pub fn contains_key(&self, req: &ReqId) -> bool {
+        self.get(req).is_some()
+    }
+
+    /// The value for `req`, inserting `f()` if there is none.
+    pub fn get_or_insert_with(&mut self, req: ReqId, f: impl FnOnce() -> V) -> &mut V {
+        let i = req as usize;
+        if i >= DIRECT {
+            return self.rest.entry(req).or_insert_with(f);
+        }
+        if self.direct.len() <= i {
+            self.direct.resize_with(i + 1, || None);
+        }
+        self.direct[i].get_or_insert_with(f)
+    }
+
+    pub fn insert(&mut self, req: ReqId, v: V) -> Option<V> {
+        let i = req as usize;
+        if i >= DIRECT {
+            return self.rest.insert(req, v);
+        }
+        if self.direct.len() <= i {
+            self.direct.resize_with(i + 1, || None);
+        }
+        self.direct[i].replace(v)
+    }
+
+    pub fn remove(&mut self, req: &ReqId) -> Option<V> {
+        match self.direct.get_mut(*req as usize) {
+            Some(slot) => slot.take(),
+            None if *req as usize >= DIRECT => self.rest.remove(req),
+            None => None,
+        }
+    }
+
+    /// Every key, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = ReqId> + '_ {
+        (0..)
+            .zip(&self.direct)
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k)
+            .chain(self.rest.keys().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_ids_behave_alike() {
+        let mut m: ReqMap<u32> = ReqMap::default();
+        for id in [3, 0, 70_000, u32::MAX] {
+            assert_eq!(m.insert(id, id ^ 1), None);
+        }
+        assert_eq!(m.insert(3, 9), Some(2));
+        assert_eq!((m.get(&3), m.get(&4), m.get(&70_000)), (Some(&9), None, Some(&70_001)));
+        *m.get_or_insert_with(5, || 0) += 1;
+        *m.get_or_insert_with(u32::MAX - 1, || 7) += 1;
+        let mut keys: Vec<_> = m.keys().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [0, 3, 5, 70_000, u32::MAX - 1, u32::MAX]);
+        assert_eq!(m.remove(&70_000), Some(70_001));
+        assert_eq!(m.remove(&70_000), None);
+        assert!(!m.contains_key(&4) && m.contains_key(&5));
+    }
+}

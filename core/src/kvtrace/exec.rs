@@ -1,0 +1,291 @@
+//! The replayer: scheduler-side request state of FORMAT.md §2.2 and one
+//! compiled op at a time applied to the model (§3).
+
+use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
+use crate::kv::hash::BlockHash;
+use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, PoolError, Request, RequestStatus};
+
+pub struct Live {
+    pub req: Request,
+    /// `num_new_tokens` of the last successful allocation, until commit or preempt.
+    pub uncommitted: Option<u64>,
+}
+
+pub enum OpError {
+    Invalid(String),
+    Model(PoolError),
+}
+
+impl From<String> for OpError {
+    fn from(s: String) -> Self {
+        OpError::Invalid(s)
+    }
+}
+
+impl From<&str> for OpError {
+    fn from(s: &str) -> Self {
+        OpError::Invalid(s.to_string())
+    }
+}
+
+impl From<PoolError> for OpError {
+    fn from(e: PoolError) -> Self {
+        OpError::Model(e)
+    }
+}
+
+/// What a successful op returned; the observer renders it (`Lookup` from
+/// `pending`, `Alloc` from `new_blocks`).
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    Null,
+    Bool(bool),
+    Lookup,
+    Alloc,
+}
+
+pub struct Replayer {
+    kv: KvCacheManager,
+    /// Live requests by interned id.
+    slots: Vec<Option<Live>>,
+    /// Live ids sorted by name (the observation's `requests` order).
+    order: Vec<u32>,
+    /// The live set changed since the last observation.
+    live_changed: bool,
+    /// Everything must be rendered afresh (a new replay, or the model was handed out).
+    stale: bool,
+    next_rid: u32,
+    /// The last lookup; only the very next op may consume it.
+    pub pending: Option<(u32, ComputedBlocks)>,
+    /// The last successful allocation's new blocks per group.
+    pub new_blocks: Vec<Vec<u32>>,
+    /// Token and hash buffers of freed requests, reused by new ones.
+    spare: Vec<(Vec<u64>, Vec<BlockHash>)>,
+}
+
+/// The live request `id`, or the op's `InvalidOp` message. A free function so
+/// that it borrows only the slots, not the model.
+fn live<'a>(slots: &'a [Option<Live>], data: &OpData, id: u32) -> Result<&'a Live, String> {
+    slots
+        .get(id as usize)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
+}
+
+/// A compiled field check, failing with its stored `InvalidOp` message.
+fn checked<T>(data: &OpData, c: Checked<T>) -> Result<T, OpError> {
+    c.map_err(|e| OpError::Invalid(data.str(e).to_string()))
+}
+
+impl Replayer {
+    pub fn new(kv: KvCacheManager) -> Self {
+        Replayer {
+            kv,
+            slots: Vec::new(),
+            order: Vec::new(),
+            live_changed: true,
+            stale: true,
+            next_rid: 0,
+            pending: None,
+            new_blocks: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
+    /// Mutable access from outside the replayer: nothing about it can be assumed.
+    pub fn kv_mut(&mut self) -> &mut KvCacheManager {
+        self.stale = true;
+        &mut self.kv
+    }
+
+    /// (everything may have changed, the live set changed) since the last call.
+    pub fn take_changes(&mut self) -> (bool, bool) {
+        (std::mem::take(&mut self.stale), std::mem::take(&mut self.live_changed))
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Live> {
+        self.slots.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Live requests in name order.
+    pub fn live_in_order(&self) -> impl Iterator<Item = (u32, &Live)> {
+        self.order
+            .iter()
+            .map(|&k| (k, self.slots[k as usize].as_ref().expect("ordered ids are live")))
+    }
+
+    fn live_mut(&mut self, id: u32) -> &mut Live {
+        self.slots[id as usize].as_mut().expect("checked live")
+    }
+
+    /// Apply one op; every op consumes the pending lookup.
+    pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        let lookup = self.pending.take();
+        match op {
+            Op::NotObject => Err("an op must be an object".into()),
+            Op::MissingName => Err("missing op name".into()),
+            Op::Unknown(name) => Err(format!("unknown op {:?}", data.str(name)).into()),
+            Op::AddRequest { id, prompt, salt } => self.add_request(data, checked(data, id)?, prompt, salt),
+            Op::NewStep => {
+                self.kv.new_step_starts();
+                Ok(Outcome::Null)
+            }
+            Op::GetComputedBlocks(id) => self.get_computed_blocks(data, checked(data, id)?),
+            Op::AllocateSlots(a) => self.allocate_slots(data, checked(data, a)?, lookup),
+            Op::Commit(c) => self.commit(data, checked(data, c)?),
+            Op::CacheBlocks(c) => {
+                let (id, n) = checked(data, c)?;
+                let l = live(&self.slots, data, id)?;
+                if n > l.req.num_computed_tokens {
+                    let have = l.req.num_computed_tokens;
+                    return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
+                }
+                self.kv.cache_blocks(&l.req, n)?;
+                Ok(Outcome::Null)
+            }
+            Op::Preempt(id) => {
+                let id = checked(data, id)?;
+                let l = live(&self.slots, data, id)?;
+                if l.req.status != RequestStatus::Running {
+                    return Err("preempt needs a running request".into());
+                }
+                let rid = l.req.id;
+                self.kv.free(rid);
+                let l = self.live_mut(id);
+                l.req.num_computed_tokens = 0;
+                l.req.status = RequestStatus::Preempted;
+                l.uncommitted = None;
+                Ok(Outcome::Null)
+            }
+            Op::Free(id) => {
+                let id = checked(data, id)?;
+                let rid = live(&self.slots, data, id)?.req.id;
+                self.kv.free(rid);
+                let req = self.slots[id as usize].take().expect("checked live").req;
+                self.spare.push((req.tokens, req.block_hashes));
+                self.order.retain(|&k| k != id);
+                self.live_changed = true;
+                Ok(Outcome::Null)
+            }
+            Op::ResetPrefixCache => Ok(Outcome::Bool(self.kv.reset_prefix_cache())),
+        }
+    }
+
+    fn add_request(
+        &mut self,
+        data: &OpData,
+        id: u32,
+        prompt: Checked<Span>,
+        salt: Checked<Option<Str>>,
+    ) -> Result<Outcome, OpError> {
+        if self.get(id).is_some() {
+            return Err(format!("request id {:?} is already live", data.ids.name(id)).into());
+        }
+        let prompt = data.tokens(checked(data, prompt)?);
+        let max = self.kv().config.max_model_len;
+        if prompt.is_empty() || prompt.len() as u64 >= max {
+            return Err(format!("prompt length {} must be in [1, max_model_len={max})", prompt.len()).into());
+        }
+        let salt = checked(data, salt)?.map(|s| data.str(s).to_string());
+        let rid = self.next_rid;
+        self.next_rid += 1;
+        let (mut tokens, hashes) = self.spare.pop().unwrap_or_default();
+        tokens.clear();
+        // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
+        tokens.reserve((max as usize).min(prompt.len() + 1024));
+        tokens.extend_from_slice(prompt);
+        let hbs = self.kv.request_hash_block_size();
+        let req = Request::with_hash_buffer(rid, tokens, hashes, salt, hbs);
+        if self.slots.len() <= id as usize {
+            self.slots.resize_with(id as usize + 1, || None);
+        }
+        self.slots[id as usize] = Some(Live { req, uncommitted: None });
+        let rank = data.ids.rank(id);
+        let at = self.order.partition_point(|&k| data.ids.rank(k) < rank);
+        self.order.insert(at, id);
+        self.live_changed = true;
+        Ok(Outcome::Null)
+    }
+
+    fn get_computed_blocks(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
+        let l = live(&self.slots, data, id)?;
+        if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
+            return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
+        }
+        let hit = self.kv.get_computed_blocks(&l.req);
+        self.live_mut(id).req.shared_prefix_boundary = hit.shared_prefix_boundary;
+        self.pending = Some((id, hit));
+        Ok(Outcome::Lookup)
+    }
+
+    fn allocate_slots(
+        &mut self,
+        data: &OpData,
+        a: Alloc,
+        lookup: Option<(u32, ComputedBlocks)>,
+    ) -> Result<Outcome, OpError> {
+        let l = live(&self.slots, data, a.id)?;
+        if l.uncommitted.is_some() {
+            return Err("the request's last allocation is not committed yet".into());
+        }
+        let hits = match lookup {
+            Some((lid, hit)) if a.use_computed && lid == a.id => Some(hit),
+            _ => None,
+        };
+        let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        if l.req
+            .num_computed_tokens
+            .saturating_add(hit_tokens)
+            .saturating_add(a.num_new_tokens)
+            > l.req.num_tokens()
+        {
+            return Err("allocation beyond the request's known tokens".into());
+        }
+        let args = AllocateArgs {
+            num_new_tokens: a.num_new_tokens,
+            hits: hits.as_ref(),
+            num_lookahead_tokens: a.num_lookahead_tokens,
+            delay_cache_blocks: a.delay_cache_blocks,
+            full_sequence_must_fit: a.full_sequence_must_fit,
+            reserved_blocks: 0,
+        };
+        if !self.kv.allocate_slots_into(&l.req, args, &mut self.new_blocks)? {
+            return Ok(Outcome::Null);
+        }
+        let l = self.live_mut(a.id);
+        l.req.num_computed_tokens += hit_tokens;
+        l.req.status = RequestStatus::Running;
+        l.uncommitted = Some(a.num_new_tokens);
+        Ok(Outcome::Alloc)
+    }
+
+    fn commit(&mut self, data: &OpData, c: Commit) -> Result<Outcome, OpError> {
+        let outputs = data.tokens(c.output_tokens);
+        let max = self.kv().config.max_model_len;
+        let n = c.num_tokens;
+        let l = live(&self.slots, data, c.id)?;
+        if l.req.status != RequestStatus::Running || l.uncommitted.is_none() {
+            return Err("commit needs a running request with an uncommitted allocation".into());
+        }
+        if l.uncommitted != Some(n) {
+            return Err(format!("num_tokens {n} differs from the allocation's {:?}", l.uncommitted).into());
+        }
+        if !outputs.is_empty() {
+            if l.req.num_computed_tokens.saturating_add(n) != l.req.num_tokens() {
+                return Err("output tokens before every known token is computed".into());
+            }
+            if l.req.num_tokens() + outputs.len() as u64 > max {
+                return Err("output tokens beyond max_model_len".into());
+            }
+        }
+        let l = self.live_mut(c.id);
+        l.req.num_computed_tokens += n;
+        l.req.append_output(outputs);
+        l.uncommitted = None;
+        Ok(Outcome::Null)
+    }
+}
