@@ -14,7 +14,7 @@ pub enum Strategy {
     Synthetic,
     /// Native exact-context warm-up (seed 000): each point prefills its own requests.
     Native,
-    /// Shared-prefix chains with shadows (seed 001); arrives with FPM model II.
+    /// Shared-prefix chains with shadows (seed 001; `sweep/chain.rs`).
     Chain,
 }
 
