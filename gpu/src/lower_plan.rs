@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use kvsim_core::engine::Engine;
-use kvsim_core::plan::{FaultSpec, GroupKindName, Plan, PlanOp, TailMode};
+use kvsim_core::plan::{GroupKindName, Plan, PlanOp, TailMode};
 
 use crate::ids::{BlockId, GroupId, PointId, ReqId};
 use crate::layout::{
@@ -266,33 +266,11 @@ fn tok32(t: u64) -> u32 {
     u32::try_from(t).unwrap_or((t ^ (t >> 32)) as u32)
 }
 
-/// The simulator executor's fault injection (`kvsim_sim::exec`), mirrored so that the engines
-/// here see the same state.
-fn apply_faults(plan: &Plan, step: u64, rank: u32, e: &mut Engine) {
+/// The simulator executor's fault injection (`Engine::apply_fault`), so that the engines here
+/// see the same state.
+fn apply_faults(plan: &Plan, step: u64, e: &mut Engine) {
     for f in &plan.faults {
-        match f {
-            FaultSpec::SoftTimeout { step: s } if *s == step => e.deadline_passed = true,
-            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank && e.requests.contains_key(req) => {
-                let _ = e.apply(&PlanOp::Finish {
-                    req: req.clone(),
-                    fenced: false,
-                });
-            }
-            FaultSpec::ShrinkPool {
-                step: s,
-                rank: r,
-                blocks,
-            } if *s == step && *r == rank => {
-                let n = (*blocks as usize).min(e.kv.pool.num_free_blocks());
-                if let Ok(b) = e.kv.pool.get_new_blocks(n) {
-                    e.phantom.extend(b);
-                }
-            }
-            FaultSpec::DelayOutputs { step: s, rank: r, by } if *s == step && *r == rank => e.output_delay = *by,
-            FaultSpec::StageFailure { step: s, rank: r } if *s == step && *r == rank => e.fail_next_registration = true,
-            FaultSpec::MessageLag { rank: r, steps } if *r == rank && e.message_lag != *steps => e.message_lag = *steps,
-            _ => {}
-        }
+        let _ = e.apply_fault(f, step);
     }
 }
 
@@ -562,7 +540,7 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
         for rank in 0..s.dp_ranks {
             let e = &mut engines[rank as usize];
             e.begin_step();
-            apply_faults(plan, step, rank, e);
+            apply_faults(plan, step, e);
             let Some(ops) = ranks.get(&rank) else { continue };
             for (i, op) in ops.iter().enumerate() {
                 lw.at = OpRef {

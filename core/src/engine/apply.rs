@@ -26,6 +26,15 @@ impl OpOutcome {
     }
 }
 
+/// What a block holds; the null block holds nothing.
+fn content_at(content: &[Option<u128>], block: u32) -> Option<u128> {
+    if block == NULL_BLOCK {
+        None
+    } else {
+        content[block as usize]
+    }
+}
+
 /// Host-side bookkeeping that must stay outside timed windows (PL-TIMED-HOST).
 fn is_host_bookkeeping(op: &PlanOp) -> Option<&'static str> {
     match op {
@@ -386,11 +395,7 @@ impl Engine {
                             r.prefix[g].state_tag(&tokens, c as usize)
                         };
                         let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
-                        let actual = if block == NULL_BLOCK {
-                            None
-                        } else {
-                            self.content[block as usize]
-                        };
+                        let actual = content_at(&self.content, block);
                         if actual != Some(expected) {
                             out.violations.push(Self::violation(
                                 "PL-WINDOW",
@@ -420,11 +425,7 @@ impl Engine {
                         } else {
                             r.prefix[g].block_tag(&tokens, i, upto)
                         };
-                        let actual = if block == NULL_BLOCK {
-                            None
-                        } else {
-                            self.content[block as usize]
-                        };
+                        let actual = content_at(&self.content, block);
                         if actual != Some(expected) {
                             out.violations.push(Self::violation(
                                 "PL-WINDOW",

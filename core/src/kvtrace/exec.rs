@@ -2,14 +2,8 @@
 //! compiled op at a time applied to the model (§3).
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
-use crate::kv::hash::BlockHash;
+use super::live::{Live, Slots};
 use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, PoolError, Request, RequestStatus};
-
-pub struct Live {
-    pub req: Request,
-    /// `num_new_tokens` of the last successful allocation, until commit or preempt.
-    pub uncommitted: Option<u64>,
-}
 
 pub enum OpError {
     Invalid(String),
@@ -47,7 +41,7 @@ pub enum Outcome {
 pub struct Replayer {
     kv: KvCacheManager,
     /// Live requests by interned id.
-    slots: Vec<Option<Live>>,
+    slots: Slots,
     /// Live ids sorted by name (the observation's `requests` order).
     order: Vec<u32>,
     /// The live set changed since the last observation.
@@ -59,16 +53,13 @@ pub struct Replayer {
     pub pending: Option<(u32, ComputedBlocks)>,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
-    /// Token and hash buffers of freed requests, reused by new ones.
-    spare: Vec<(Vec<u64>, Vec<BlockHash>)>,
 }
 
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
 /// that it borrows only the slots, not the model.
-fn live<'a>(slots: &'a [Option<Live>], data: &OpData, id: u32) -> Result<&'a Live, String> {
+fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String> {
     slots
-        .get(id as usize)
-        .and_then(Option::as_ref)
+        .get(id)
         .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
 }
 
@@ -81,14 +72,13 @@ impl Replayer {
     pub fn new(kv: KvCacheManager) -> Self {
         Replayer {
             kv,
-            slots: Vec::new(),
+            slots: Slots::default(),
             order: Vec::new(),
             live_changed: true,
             stale: true,
             next_rid: 0,
             pending: None,
             new_blocks: Vec::new(),
-            spare: Vec::new(),
         }
     }
 
@@ -108,18 +98,19 @@ impl Replayer {
     }
 
     pub fn get(&self, id: u32) -> Option<&Live> {
-        self.slots.get(id as usize).and_then(Option::as_ref)
+        self.slots.get(id)
     }
 
-    /// Live requests in name order.
-    pub fn live_in_order(&self) -> impl Iterator<Item = (u32, &Live)> {
-        self.order
-            .iter()
-            .map(|&k| (k, self.slots[k as usize].as_ref().expect("ordered ids are live")))
+    /// Live requests in name order: (id, slot, request).
+    pub fn live_in_order(&self) -> impl Iterator<Item = (u32, u32, &Live)> {
+        self.order.iter().map(|&k| {
+            let slot = self.slots.slot(k).expect("ordered ids are live");
+            (k, slot, self.slots.get(k).expect("ordered ids are live"))
+        })
     }
 
     fn live_mut(&mut self, id: u32) -> &mut Live {
-        self.slots[id as usize].as_mut().expect("checked live")
+        self.slots.get_mut(id).expect("checked live")
     }
 
     /// Apply one op; every op consumes the pending lookup.
@@ -165,8 +156,7 @@ impl Replayer {
                 let id = checked(data, id)?;
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
-                let req = self.slots[id as usize].take().expect("checked live").req;
-                self.spare.push((req.tokens, req.block_hashes));
+                self.slots.remove(id);
                 self.order.retain(|&k| k != id);
                 self.live_changed = true;
                 Ok(Outcome::Null)
@@ -193,19 +183,15 @@ impl Replayer {
         let salt = checked(data, salt)?.map(|s| data.str(s).to_string());
         let rid = self.next_rid;
         self.next_rid += 1;
-        let (mut tokens, hashes) = self.spare.pop().unwrap_or_default();
-        tokens.clear();
-        // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
-        tokens.reserve((max as usize).min(prompt.len() + 1024));
-        tokens.extend_from_slice(prompt);
         let hbs = self.kv.request_hash_block_size();
-        let req = Request::with_hash_buffer(rid, tokens, hashes, salt, hbs);
-        if self.slots.len() <= id as usize {
-            self.slots.resize_with(id as usize + 1, || None);
-        }
-        self.slots[id as usize] = Some(Live { req, uncommitted: None });
-        let rank = data.ids.rank(id);
-        let at = self.order.partition_point(|&k| data.ids.rank(k) < rank);
+        self.slots.insert(id, |mut tokens, hashes| {
+            // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
+            tokens.reserve((max as usize).min(prompt.len() + 1024));
+            tokens.extend_from_slice(prompt);
+            Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
+        });
+        let name = data.ids.name(id);
+        let at = self.order.partition_point(|&k| data.ids.name(k) < name);
         self.order.insert(at, id);
         self.live_changed = true;
         Ok(Outcome::Null)

@@ -2,17 +2,21 @@
 //! lines that `../shared/kvtrace/FORMAT.md` defines. Pure: text in, lines out.
 
 mod compile;
+mod compiled;
 mod config;
 mod exec;
 pub mod gen;
 mod ids;
 pub mod json;
+mod live;
 mod observe;
+mod observed;
 mod ops;
 mod replay;
 mod session;
 
-pub use replay::{compile, replay, replay_value, split_trace, CompiledTrace, Replay, ReplayEnd};
+pub use compiled::{compile, CompiledTrace};
+pub use replay::{replay, replay_value, split_trace, Replay, ReplayEnd};
 pub use session::{Session, Step};
 
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).

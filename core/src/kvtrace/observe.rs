@@ -28,8 +28,8 @@ pub struct Observer {
     free: String,
     /// `,"requests":{…}`
     requests: String,
-    /// Per live id: its last rendered `"id":[[…],…]`, reused while its tables'
-    /// stamps stay the same.
+    /// Per live slot: its request's last rendered `"id":[[…],…]`, reused while
+    /// the request and its tables' stamps stay the same.
     fragments: Vec<Fragment>,
 }
 
@@ -88,14 +88,14 @@ impl Observer {
             let s = &mut self.requests;
             s.clear();
             s.push_str(",\"requests\":{");
-            for (k, (id, l)) in r.live_in_order().enumerate() {
+            for (k, (id, slot, l)) in r.live_in_order().enumerate() {
                 if k > 0 {
                     s.push(',');
                 }
-                if self.fragments.len() <= id as usize {
-                    self.fragments.resize_with(id as usize + 1, Fragment::default);
+                if self.fragments.len() <= slot as usize {
+                    self.fragments.resize_with(slot as usize + 1, Fragment::default);
                 }
-                let f = &mut self.fragments[id as usize];
+                let f = &mut self.fragments[slot as usize];
                 f.update(r.kv(), ids.literal(id), l.req.id);
                 s.push_str(&f.text);
             }

@@ -1,14 +1,11 @@
-//! Whole-trace replay: a trace is compiled once (fields checked, ids interned)
-//! and then replayed, with observation lines or through the model alone.
+//! Whole-trace replay with observation lines, as `kvsim trace` prints them.
 
 use serde_json::Value;
 
-use super::compile::{compile_op, Op, OpData};
+use super::compile::{compile_op, OpData};
 use super::config::parse_config;
-use super::observe::Observer;
-use super::session::{config_error_line, init_line, observed_step, replayer};
+use super::observed::{config_error_line, Observed};
 use super::TraceError;
-use crate::kv::KvConfig;
 
 /// How a replay ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,95 +50,56 @@ pub fn split_trace(v: &Value) -> Result<(&Value, &Vec<Value>), TraceError> {
     Ok((config, ops))
 }
 
-/// Replay an already parsed trace.
+/// Replay an already parsed trace, compiling each op just before it runs (a
+/// replay that stops early compiles no more than it needs).
 pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
-    let trace = compile(v)?;
-    let mut lines = Vec::with_capacity(trace.num_ops() + 1);
-    let (end, ops) = trace.run(|line| lines.push(line.to_string()));
-    Ok(Replay { lines, end, ops })
-}
-
-/// A trace ready to replay, any number of times.
-pub struct CompiledTrace {
-    /// The validated config, or the `ConfigError` line that refuses it.
-    config: Result<KvConfig, String>,
-    data: OpData,
-    ops: Vec<Op>,
-}
-
-/// Check a parsed trace's shape and config and compile its ops.
-pub fn compile(v: &Value) -> Result<CompiledTrace, TraceError> {
     let (config, ops) = split_trace(v)?;
-    let mut data = OpData::default();
-    Ok(match parse_config(config) {
-        Err(e) => CompiledTrace {
-            config: Err(config_error_line(&e.0)),
-            data,
-            ops: Vec::new(),
-        },
-        Ok(cfg) => {
-            let ops = ops.iter().map(|op| compile_op(op, &mut data)).collect();
-            data.ids.rank_all();
-            CompiledTrace {
-                config: Ok(cfg),
-                data,
-                ops,
-            }
+    let cfg = match parse_config(config) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            return Ok(Replay {
+                lines: vec![config_error_line(&e.0)],
+                end: refused(),
+                ops: 0,
+            })
         }
+    };
+    let mut data = OpData::default();
+    let mut o = Observed::new(cfg, None, &data);
+    let mut lines = Vec::with_capacity(ops.len() + 1);
+    lines.push(o.line().to_string());
+    for (i, op) in ops.iter().enumerate() {
+        data.clear_ops();
+        let op = compile_op(op, &mut data);
+        let error = o.step(&data, i, op);
+        lines.push(o.line().to_string());
+        if let Some(kind) = error {
+            return Ok(Replay {
+                lines,
+                end: stopped(i, kind),
+                ops: i + 1,
+            });
+        }
+    }
+    Ok(Replay {
+        lines,
+        end: ReplayEnd::Completed,
+        ops: ops.len(),
     })
 }
 
-impl CompiledTrace {
-    /// Ops in the trace (none when the config is refused).
-    pub fn num_ops(&self) -> usize {
-        self.ops.len()
+/// How a replay refused at init (`ConfigError`) ends.
+pub(super) fn refused() -> ReplayEnd {
+    ReplayEnd::Stopped {
+        index: -1,
+        error: "ConfigError".into(),
     }
+}
 
-    /// Replay through the model without observation lines; returns the number
-    /// of ops applied, the failing one included.
-    pub fn run_quiet(&self) -> usize {
-        let Ok(cfg) = &self.config else { return 0 };
-        let mut r = replayer(cfg.clone(), None);
-        for (i, &op) in self.ops.iter().enumerate() {
-            if r.apply(&self.data, op).is_err() {
-                return i + 1;
-            }
-        }
-        self.ops.len()
-    }
-
-    /// Replay, handing each observation line (no newline) to `line`; returns
-    /// how the replay ended and the number of ops applied.
-    pub fn run(&self, mut line: impl FnMut(&str)) -> (ReplayEnd, usize) {
-        let cfg = match &self.config {
-            Ok(cfg) => cfg,
-            Err(refused) => {
-                line(refused);
-                let end = ReplayEnd::Stopped {
-                    index: -1,
-                    error: "ConfigError".into(),
-                };
-                return (end, 0);
-            }
-        };
-        let mut r = replayer(cfg.clone(), None);
-        let mut obs = Observer::default();
-        let mut buf = String::with_capacity(1024);
-        init_line(&r, &self.data, &mut obs, &mut buf);
-        line(&buf);
-        r.take_changes();
-        for (i, &op) in self.ops.iter().enumerate() {
-            buf.clear();
-            let error = observed_step(&mut r, &self.data, &mut obs, i, op, &mut buf);
-            line(&buf);
-            if let Some(kind) = error {
-                let end = ReplayEnd::Stopped {
-                    index: i as i64,
-                    error: kind.to_string(),
-                };
-                return (end, i + 1);
-            }
-        }
-        (ReplayEnd::Completed, self.ops.len())
+/// How a replay stopped by op `i` failing with `kind` ends.
+pub(super) fn stopped(i: usize, kind: &str) -> ReplayEnd {
+    ReplayEnd::Stopped {
+        index: i as i64,
+        error: kind.to_string(),
     }
 }

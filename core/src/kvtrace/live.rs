@@ -1,0 +1,76 @@
+//! Live requests by interned id, in a slab: memory grows with the requests
+//! live at once, not with every id a trace names, and a freed request's token
+//! and hash buffers are reused by the next request.
+
+use crate::kv::hash::BlockHash;
+use crate::kv::Request;
+
+pub struct Live {
+    pub req: Request,
+    /// `num_new_tokens` of the last successful allocation, until commit or preempt.
+    pub uncommitted: Option<u64>,
+}
+
+/// `slot_of` entry of an id that is not live.
+const NOT_LIVE: u32 = u32::MAX;
+
+#[derive(Default)]
+pub struct Slots {
+    /// Per interned id: its slot in `lives`, or `NOT_LIVE`.
+    slot_of: Vec<u32>,
+    /// Live requests, and at the slots in `free` freed ones (kept for their buffers).
+    lives: Vec<Live>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    /// The slot of live `id`.
+    pub fn slot(&self, id: u32) -> Option<u32> {
+        self.slot_of.get(id as usize).copied().filter(|&s| s != NOT_LIVE)
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Live> {
+        self.slot(id).map(|s| &self.lives[s as usize])
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut Live> {
+        self.slot(id).map(|s| &mut self.lives[s as usize])
+    }
+
+    /// Make `id` live with the request `make` builds from spare (cleared)
+    /// token and hash buffers.
+    pub fn insert(&mut self, id: u32, make: impl FnOnce(Vec<u64>, Vec<BlockHash>) -> Request) {
+        if self.slot_of.len() <= id as usize {
+            self.slot_of.resize(id as usize + 1, NOT_LIVE);
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                let old = &mut self.lives[s as usize].req;
+                let (mut tokens, hashes) = (std::mem::take(&mut old.tokens), std::mem::take(&mut old.block_hashes));
+                tokens.clear();
+                self.lives[s as usize] = Live {
+                    req: make(tokens, hashes),
+                    uncommitted: None,
+                };
+                s
+            }
+            None => {
+                let live = Live {
+                    req: make(Vec::new(), Vec::new()),
+                    uncommitted: None,
+                };
+                self.lives.push(live);
+                u32::try_from(self.lives.len() - 1).expect("fewer than 2^32 live requests")
+            }
+        };
+        self.slot_of[id as usize] = slot;
+    }
+
+    /// Retire live `id`; its slot (and buffers) go to the next request.
+    pub fn remove(&mut self, id: u32) {
+        if let Some(s) = self.slot(id) {
+            self.slot_of[id as usize] = NOT_LIVE;
+            self.free.push(s);
+        }
+    }
+}
