@@ -496,17 +496,15 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
         if p.deadline_observed() {
             if added {
                 let steps = p.next_step - first_step;
-                for rank in 0..s.scenario.dp_ranks {
-                    p.meta.stages.push(StageRecord {
-                        rank,
-                        benchmark_id: first_point,
-                        batch: batch as u64,
-                        depth,
-                        steps,
-                        soft_timeout: true,
-                        group_fallback: false,
-                    });
-                }
+                p.record_stage(StageRecord {
+                    rank: 0,
+                    benchmark_id: first_point,
+                    batch: batch as u64,
+                    depth,
+                    steps,
+                    soft_timeout: true,
+                    group_fallback: false,
+                });
                 p.meta.untimed_prefill_tokens += computed_tokens;
             }
             return Err(added);
@@ -612,17 +610,15 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
             local[rank as usize] == Local::Building && p.engine(rank).kv.pool.num_free_blocks() as u64 >= tails
         })
     };
-    for rank in 0..s.scenario.dp_ranks {
-        p.meta.stages.push(StageRecord {
-            rank,
-            benchmark_id: first_point,
-            batch: batch as u64,
-            depth,
-            steps,
-            soft_timeout: false,
-            group_fallback: !verdict,
-        });
-    }
+    p.record_stage(StageRecord {
+        rank: 0,
+        benchmark_id: first_point,
+        batch: batch as u64,
+        depth,
+        steps,
+        soft_timeout: false,
+        group_fallback: !verdict,
+    });
     p.meta.untimed_prefill_tokens += computed_tokens;
     Ok(verdict)
 }

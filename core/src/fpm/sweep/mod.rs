@@ -91,6 +91,13 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
+    /// One `kvwarm.stages[]` entry per rank: every rank runs the stage in lock-step.
+    fn record_stage(&mut self, stage: StageRecord) {
+        for rank in 0..self.s.scenario.dp_ranks {
+            self.meta.stages.push(StageRecord { rank, ..stage.clone() });
+        }
+    }
+
     /// Append one lock-step step: `ops_for(rank)` gives each rank's ops.
     fn step(&mut self, ops_for: impl Fn(u32) -> Vec<PlanOp>) -> u64 {
         let step = self.next_step;
@@ -184,21 +191,25 @@ pub fn plan_sweep_with(
         repeats: s.bench.giant_kv_repeats,
     };
     // The native footprint of a point on its real-KV plan (seed 000).
-    let native_required = |point: &BenchmarkPoint| -> Result<(u64, u64), SweepError> {
-        let adm =
-            decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
-        let real = decode_step_plan(
+    // §1.10 step 4: steady steps of a point admitted at `injected`, on real or fake KV.
+    let step_plan = |point: &BenchmarkPoint, injected: &[u64], real: bool| {
+        decode_step_plan(
             DecodeStepInput {
                 kvwarm_enabled: enabled,
-                kvwarm_real: true,
+                kvwarm_real: real,
                 total_kv_read_tokens: point.total_kv_read_tokens,
-                injected_lengths: &adm.injected_lengths,
+                injected_lengths: injected,
                 max_model_len: s.scenario.scheduler.max_model_len,
                 usable_blocks_with_watermark: usable,
             },
             policy,
             &need,
-        );
+        )
+    };
+    let native_required = |point: &BenchmarkPoint| -> Result<(u64, u64), SweepError> {
+        let adm =
+            decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
+        let real = step_plan(point, &adm.injected_lengths, true);
         let depth = adm.injected_lengths.iter().copied().max().unwrap_or(0);
         Ok((
             native_footprint(&native_need, &adm.injected_lengths, real.expected_fpms),
@@ -236,31 +247,17 @@ pub fn plan_sweep_with(
         } else {
             Kv::Fake
         };
-        let steps_for = |real: bool| {
-            decode_step_plan(
-                DecodeStepInput {
-                    kvwarm_enabled: enabled,
-                    kvwarm_real: real,
-                    total_kv_read_tokens: point.total_kv_read_tokens,
-                    injected_lengths: &adm.injected_lengths,
-                    max_model_len: s.scenario.scheduler.max_model_len,
-                    usable_blocks_with_watermark: usable,
-                },
-                policy,
-                &need,
-            )
-        };
-        let mut plan_steps = steps_for(kv == Kv::Native);
+        let mut plan_steps = step_plan(point, &adm.injected_lengths, kv == Kv::Native);
         if kv == Kv::Native {
-            let required = native_footprint(&native_need, &adm.injected_lengths, plan_steps.expected_fpms);
+            let (required, depth) = native_required(point)?;
             if required > usable {
                 // A point whose footprint exceeds the pool is measured on synthetic KV (seed 000).
                 kv = Kv::Fake;
-                plan_steps = steps_for(false);
+                plan_steps = step_plan(point, &adm.injected_lengths, false);
                 p.meta.capacity_fallbacks.push(CapacityFallback {
                     benchmark_id: Some(point.benchmark_id),
                     batch: point.batch_size,
-                    depth: adm.injected_lengths.iter().copied().max().unwrap_or(0),
+                    depth,
                     required_blocks: required,
                     usable_blocks: usable,
                     total_kv_read_tokens: point.total_kv_read_tokens,
@@ -395,18 +392,15 @@ fn plan_execution(
     }
     p.step(|rank| retire(injected.len(), rank, &req));
     if kv == Kv::Native {
-        let steps = p.next_step - first_step;
-        for rank in 0..p.s.scenario.dp_ranks {
-            p.meta.stages.push(StageRecord {
-                rank,
-                benchmark_id: id,
-                batch: point.batch_size,
-                depth: injected.iter().copied().max().unwrap_or(0),
-                steps,
-                soft_timeout: false,
-                group_fallback: false,
-            });
-        }
+        p.record_stage(StageRecord {
+            rank: 0,
+            benchmark_id: id,
+            batch: point.batch_size,
+            depth: injected.iter().copied().max().unwrap_or(0),
+            steps: p.next_step - first_step,
+            soft_timeout: false,
+            group_fallback: false,
+        });
         p.meta.untimed_prefill_tokens += warm;
     }
     p.finished_points += 1;
