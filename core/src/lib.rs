@@ -1,5 +1,6 @@
 //! kvsim-core: the pure model. No I/O, no clocks, no threads.
 
+pub mod bugs;
 pub mod engine;
 pub mod fpm;
 pub mod invariants;

@@ -1,8 +1,10 @@
 //! kvsim-sim: the deterministic executor, fault injection, exploration and the CLI.
 
+pub mod check;
 pub mod cli;
 pub mod conformance;
 pub mod exec;
+pub mod exhaustive;
 pub mod fuzz;
 pub mod output;
 pub mod sweep;

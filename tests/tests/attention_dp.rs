@@ -137,7 +137,15 @@ fn a_stage_failure_on_one_rank_skips_the_point_on_every_rank() {
     let base = sweep(&s, Strategy::Chain, vec![]);
     let steps = registration_steps(&base);
     let at = steps[steps.len() / 2];
-    let run = sweep(&s, Strategy::Chain, vec![FaultSpec::StageFailure { step: at, rank: 1 }]);
+    let run = sweep(
+        &s,
+        Strategy::Chain,
+        vec![FaultSpec::StageFailure {
+            step: at,
+            rank: 1,
+            after: 0,
+        }],
+    );
     let a = &run.artifacts[0];
     assert_eq!(a.skipped_points.len(), 1, "{:?}", a.skipped_points);
     assert_eq!(a.skipped_points[0]["reason"], "stage_failed_under_attention_dp");
@@ -246,6 +254,7 @@ fn a_single_rank_stage_failure_falls_back_to_synthetic_kv() {
         faults: vec![FaultSpec::StageFailure {
             step: steps[1],
             rank: 0,
+            after: 0,
         }],
         ..SweepOptions::default()
     };

@@ -4,6 +4,7 @@
 
 use super::content::{SYNTHETIC_TAG, ZERO_TAG};
 use super::{Deferred, Engine, Mismatch, PendingOutput};
+use crate::bugs::BugMutant;
 use crate::invariants::Violation;
 use crate::kv::{AllocateArgs, GroupKind, MambaMode, RequestStatus, NULL_BLOCK};
 use crate::plan::{BatchEntry, Expect, PlanOp, ShadowGroup, TailMode};
@@ -99,6 +100,15 @@ impl Engine {
             }
             PlanOp::Finish { req, fenced } => self.finish(req, *fenced)?,
             PlanOp::Shed { req, fenced } => {
+                self.event("shed");
+                let building = self
+                    .requests
+                    .get(req)
+                    .is_some_and(|r| r.req.num_computed_tokens < r.req.num_prompt_tokens);
+                if self.deadline_passed && building {
+                    // A soft timeout landed while the request was still being prefilled.
+                    self.event("shed-mid-build");
+                }
                 let out = self.finish(req, *fenced)?;
                 self.shed.insert(req.clone());
                 out
@@ -131,7 +141,23 @@ impl Engine {
                 (*ok, *covered, *random_state),
             )?,
             PlanOp::ReleaseCow => {
-                let blocks = std::mem::take(&mut self.cow_retained);
+                // `_kvwarm_take_cow_copies` (§3.6): the copies this injection queued;
+                // copies an earlier injection left queued are not its to release.
+                let now = self.step_seq;
+                let mut blocks = Vec::new();
+                let mut kept = (Vec::new(), Vec::new());
+                for (b, s) in std::mem::take(&mut self.cow_retained)
+                    .into_iter()
+                    .zip(std::mem::take(&mut self.cow_steps))
+                {
+                    if s == now {
+                        blocks.push(b);
+                    } else {
+                        kept.0.push(b);
+                        kept.1.push(s);
+                    }
+                }
+                (self.cow_retained, self.cow_steps) = kept;
                 let n = blocks.len();
                 self.kv.pool.free_blocks(blocks);
                 OpOutcome::ok(format!("released {n}"))
@@ -179,6 +205,12 @@ impl Engine {
                     )));
                 }
                 self.timed = Some(*point);
+                let now = self.step_seq;
+                if let Some((at, steady)) = self.points.get_mut(point) {
+                    if *at < now {
+                        *steady += 1;
+                    }
+                }
                 OpOutcome::ok(format!("timed {point}"))
             }
             PlanOp::EndTimed { point } => {
@@ -199,11 +231,20 @@ impl Engine {
                         format!("point {point} injected after the soft deadline passed"),
                     ));
                 }
-                if self.message_lag == 0 {
+                self.points.entry(*point).or_insert((self.step_seq, 0));
+                // The blocking stage exchange (PR #14728, dynamo_fpm.md §7.1, §8.2 bug 22):
+                // every rank acts once every rank's message arrived, i.e. after the
+                // group's largest lag; the non-blocking one acts on its own lag.
+                let lag = if self.bug(BugMutant::NonblockingStageExchange) {
+                    self.message_lag
+                } else {
+                    self.group_lag
+                };
+                if lag == 0 {
                     self.injected = Some(*point);
                 } else {
-                    self.inject_queue.push((self.step_seq + self.message_lag, *point));
-                    out.result = format!("inject {point} (delivered {} steps late)", self.message_lag);
+                    self.inject_queue.push((self.step_seq + lag, *point));
+                    out.result = format!("inject {point} (delivered {lag} steps late)");
                 }
                 out
             }
@@ -260,6 +301,17 @@ impl Engine {
         let hits =
             (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        if hit_tokens > 0 && expect.hit_tokens.is_none() {
+            // A request the plan admits expecting no prefix hit (a benchmark request
+            // computing its own KV) must not hit another request's blocks (§8.2 bug 20).
+            let mut out = OpOutcome::default();
+            out.violations.push(Self::violation(
+                "PL-NO-POACH",
+                format!("{id} hits {hit_tokens} cached tokens it did not compute (prefix-cache poaching)"),
+            ));
+            out.result = "poached".into();
+            return Ok(out);
+        }
         if r.req.num_computed_tokens.saturating_add(hit_tokens).saturating_add(n)
             > r.req.num_tokens() + r.req.num_output_placeholders
         {
@@ -288,9 +340,17 @@ impl Engine {
                 return Ok(out);
             }
             (None, false) => {
-                return Err(Mismatch(format!(
-                    "{id}: allocation of {n} tokens refused; the plan expected success"
-                )))
+                // The plan's capacity arithmetic promised room the pool does not have
+                // (§1.3, §2.2; §8.2 bugs 17, 23).
+                out.violations.push(Self::violation(
+                    "PL-CAPACITY",
+                    format!(
+                        "{id}: allocation of {n} tokens refused with {} free blocks; the plan counted on it",
+                        self.kv.pool.num_free_blocks()
+                    ),
+                ));
+                out.result = "refused (unplanned)".into();
+                return Ok(out);
             }
             (Some(_), true) => {
                 return Err(Mismatch(format!(
@@ -310,6 +370,7 @@ impl Engine {
         }
         let r = self.requests.get_mut(id).expect("checked");
         r.req.num_computed_tokens += hit_tokens;
+        r.hit_tokens += hit_tokens;
         r.req.status = RequestStatus::Running;
         let tables = self.kv.get_block_ids(r.req.id);
         if let Some(t) = &expect.tables {
@@ -320,7 +381,27 @@ impl Engine {
             }
         }
         out.result = format!("hit {hit_tokens} tables {tables:?}");
+        if admitting {
+            self.slots_check(&mut out);
+        }
         Ok(out)
+    }
+
+    /// PL-SLOTS: running requests (shadows and parked chains included) fit the
+    /// scheduler's `max_num_seqs` request slots (§3.1 step 4; §8.2 bug 25).
+    fn slots_check(&self, out: &mut OpOutcome) {
+        let running = self
+            .requests
+            .values()
+            .filter(|r| r.req.status == RequestStatus::Running)
+            .count();
+        let slots = self.scenario.scheduler.max_num_seqs as usize;
+        if running > slots {
+            out.violations.push(Self::violation(
+                "PL-SLOTS",
+                format!("{running} running requests exceed max_num_seqs {slots}"),
+            ));
+        }
     }
 
     /// Positions of group `g` that a request with `c` computed tokens reads.
@@ -374,6 +455,14 @@ impl Engine {
             }
         }
         for e in batch {
+            // Under async scheduling a sampled token not yet processed is already on
+            // the device: the forward writes its KV (outputs land in step order).
+            let in_flight: Vec<u64> = self
+                .pending_outputs
+                .iter()
+                .filter(|p| p.req == e.req)
+                .flat_map(|p| p.tokens.iter().copied())
+                .collect();
             let r = self.requests.get_mut(&e.req).expect("checked above");
             let c = r.req.num_computed_tokens;
             let end = c.saturating_add(e.tokens);
@@ -381,7 +470,8 @@ impl Engine {
                 return Err(Mismatch(format!("forward of {} past its known tokens", e.req)));
             }
             let tables = self.kv.get_block_ids(r.req.id);
-            let tokens = r.req.tokens.clone();
+            let mut tokens = r.req.tokens.clone();
+            tokens.extend(in_flight);
             for (g, &(kind, bs)) in groups.iter().enumerate() {
                 let table = &tables[g];
                 if let GroupKind::Mamba { .. } = kind {
@@ -396,7 +486,11 @@ impl Engine {
                         };
                         let block = table.get(idx).copied().unwrap_or(NULL_BLOCK);
                         let actual = content_at(&self.content, block);
-                        if actual != Some(expected) {
+                        // Synthetic state read from the null block is zero state, which
+                        // is what synthetic KV stands for (align mode leaves the slot of
+                        // a synthetic depth unallocated).
+                        let synthetic_null = expected == SYNTHETIC_TAG && block == NULL_BLOCK;
+                        if actual != Some(expected) && !synthetic_null {
                             out.violations.push(Self::violation(
                                 "PL-WINDOW",
                                 format!("{} reads recurrent state of group {g} at depth {c} from block {block}, which holds other content", e.req),
@@ -415,6 +509,9 @@ impl Engine {
                     continue;
                 }
                 let lo = Self::read_range(kind, c);
+                if lo > 0 && lo.is_multiple_of(bs) && matches!(kind, GroupKind::SlidingWindow { .. }) {
+                    *self.events.entry("window-edge").or_default() += 1;
+                }
                 if c > lo {
                     for i in (lo / bs) as usize..=((c - 1) / bs) as usize {
                         let block = table.get(i).copied().unwrap_or(NULL_BLOCK);
@@ -535,6 +632,18 @@ impl Engine {
 
     fn finish(&mut self, id: &str, fenced: bool) -> Result<OpOutcome, Mismatch> {
         let rid = self.req(id)?.req.id;
+        let in_flight = (self.in_forward.contains(id) && self.processed_seq < self.step_seq)
+            || self.pending_outputs.iter().any(|p| p.req == id);
+        // §8.2 bug 13: outputs built by the benchmark skipped `sched_step_seq += 1`, so
+        // the request compares as processed and is freed at once.
+        let fenced = fenced && !self.bug(BugMutant::FenceBypass);
+        let mut out = OpOutcome::ok(if fenced { "finished (fenced)" } else { "finished" });
+        if in_flight && !fenced {
+            out.violations.push(Self::violation(
+                "PL-INFLIGHT-FREE",
+                format!("{id} is freed while its step is in flight (outputs not processed)"),
+            ));
+        }
         if fenced {
             let blocks = self.kv.pop_blocks_for_free(rid);
             self.deferred.push(Deferred {
@@ -546,7 +655,7 @@ impl Engine {
             self.kv.free(rid);
         }
         self.requests.remove(id);
-        Ok(OpOutcome::ok(if fenced { "finished (fenced)" } else { "finished" }))
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -570,7 +679,17 @@ impl Engine {
         // A `stage_failure` fault fails this registration locally. A planner that saw
         // it coming reports the failure itself (ok = false, nothing drawn): that is a
         // local stage failure (dynamo_fpm.md §7.3), not a coverage bug.
-        let injected_failure = std::mem::take(&mut self.fail_next_registration);
+        let injected_failure = match self.fail_registration_after {
+            Some(0) => {
+                self.fail_registration_after = None;
+                true
+            }
+            Some(n) => {
+                self.fail_registration_after = Some(n - 1);
+                false
+            }
+            None => false,
+        };
         let anticipated = injected_failure && !ok;
         let ok = ok && !injected_failure;
         let ngroups = self.kv.groups.len();
@@ -633,8 +752,13 @@ impl Engine {
             for (k, &b) in grp.tail.iter().enumerate() {
                 self.content[b as usize] = match (k, tail, grp.cow_from) {
                     (0, TailMode::Cow, Some(src)) => {
-                        self.kv.pool.retain(src);
+                        // §3.6: `touch(tail_src)` before the copy (§8.2 bug 10 skips it).
+                        if !self.bug(BugMutant::CowSourceNotTouched) {
+                            self.kv.pool.retain(src);
+                        }
                         self.cow_retained.push(src);
+                        self.cow_steps.push(self.step_seq);
+                        self.event("copy-on-write");
                         self.content[src as usize]
                     }
                     _ => Some(ZERO_TAG),
@@ -646,12 +770,13 @@ impl Engine {
         }
         self.fence_check(&format!("shadow {shadow} registration"), drawn, &mut out);
         if !ok {
-            if covered && !anticipated {
+            self.event("registration-failed");
+            // A registration the fault failed is rolled back by the all-or-nothing
+            // code: its failure is a coverage question first (PL-COVERAGE).
+            if covered && !anticipated && injected_failure {
                 out.violations.push(Self::violation(
                     "PL-COVERAGE",
-                    format!(
-                        "shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"
-                    ),
+                    format!("shadow {shadow} of a covered point failed to register (a local stage failure)"),
                 ));
             }
             if (self.kv.pool.num_free_blocks(), self.retained().len()) != before || !groups.is_empty() {
@@ -665,6 +790,14 @@ impl Engine {
                 // The blocks stay referenced by nobody but the failed attempt.
                 self.phantom
                     .extend(tables.iter().flatten().filter(|&&b| b != NULL_BLOCK).copied());
+            }
+            if covered && !anticipated && !injected_failure {
+                out.violations.push(Self::violation(
+                    "PL-COVERAGE",
+                    format!(
+                        "shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"
+                    ),
+                ));
             }
             out.result = "registration failed".into();
             return Ok(out);
@@ -711,12 +844,21 @@ impl Engine {
         r.random_state_at = random_state.then_some(ctx);
         self.kv.adopt_tables(r.req.id, &tables);
         self.requests.insert(shadow.to_string(), r);
+        self.slots_check(&mut out);
         out.result = format!("shadow tables {tables:?}");
         Ok(out)
     }
 
     fn end_sweep(&mut self) -> OpOutcome {
         let mut out = OpOutcome::ok("end of sweep");
+        // PL-STEADY (§1.10, PR #12358; §8.2 bug 21): every injected point was timed on
+        // at least one steady step after its admission step.
+        if let Some((point, _)) = self.points.iter().find(|(_, (_, steady))| *steady == 0) {
+            out.violations.push(Self::violation(
+                "PL-STEADY",
+                format!("point {point} was measured on its admission step only (no steady step)"),
+            ));
+        }
         // Blocks a `shrink_pool` fault took away are not the sweep's.
         let held: Vec<u32> = (1..self.kv.pool.num_blocks())
             .filter(|&b| self.kv.pool.ref_cnt(b) > 0 && !self.phantom.contains(&b))

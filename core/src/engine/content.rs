@@ -37,12 +37,15 @@ impl PrefixHashes {
 
     /// Attention block `i` holding tokens `[i·bs, upto)` of `tokens`.
     pub fn block_tag(&mut self, tokens: &[u64], i: usize, upto: usize) -> u128 {
-        extend_block_hashes(&mut self.full, &tokens[..upto.min(tokens.len())], self.bs, None);
-        let start = i * self.bs;
+        // Positions past the known tokens cannot be named: they read as a prefix of
+        // what is known (never equal to a full write, so a reader of them fails).
+        let upto = upto.min(tokens.len());
+        extend_block_hashes(&mut self.full, &tokens[..upto], self.bs, None);
+        let start = (i * self.bs).min(upto);
         if upto == start + self.bs {
             return self.full[i];
         }
-        let parent = if i == 0 { None } else { Some(self.full[i - 1]) };
+        let parent = if i == 0 { None } else { self.full.get(i - 1).copied() };
         hash_block(parent, &tokens[start..upto], None)
     }
 

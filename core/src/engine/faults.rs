@@ -33,13 +33,23 @@ impl Engine {
                 self.output_delay = *by;
                 Some(format!("outputs delayed by {by} steps"))
             }
-            FaultSpec::StageFailure { step: s, rank: r } if *s == step && *r == rank => {
-                self.fail_next_registration = true;
+            FaultSpec::StageFailure {
+                step: s,
+                rank: r,
+                after,
+            } if *s == step && *r == rank => {
+                self.fail_registration_after = Some(*after);
                 Some("stage failure armed".into())
             }
             FaultSpec::MessageLag { rank: r, steps } if *r == rank && self.message_lag != *steps => {
                 self.message_lag = *steps;
+                self.group_lag = self.group_lag.max(*steps);
                 Some(format!("messages delayed by {steps} steps"))
+            }
+            // Every rank learns a peer's lag: the blocking exchange waits for it.
+            FaultSpec::MessageLag { steps, .. } if self.group_lag < *steps => {
+                self.group_lag = *steps;
+                None
             }
             _ => None,
         }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use content::PrefixHashes;
 
+use crate::bugs::{BugMutant, Mutant};
 use crate::invariants::Violation;
 use crate::kv::{KvCacheManager, ReqId, Request};
 use crate::plan::Scenario;
@@ -24,6 +25,8 @@ use crate::plan::Scenario;
 #[derive(Clone, Debug)]
 pub struct EngineReq {
     pub req: Request,
+    /// Prefix-cache hit tokens at admission.
+    pub hit_tokens: u64,
     /// For a shadow: the chain it borrows from, and the context it was cut at.
     pub shadow_of: Option<(String, u64)>,
     /// Per group: prefix hashes at the group's block size (content tags).
@@ -73,6 +76,8 @@ pub struct Engine {
     pub pending_outputs: Vec<PendingOutput>,
     /// Copy-on-write sources holding an extra reference until released.
     pub cow_retained: Vec<u32>,
+    /// The step each copy-on-write retention was taken in (parallel to `cow_retained`).
+    pub cow_steps: Vec<u64>,
     /// Blocks taken away by a pool-shrink fault.
     pub phantom: Vec<u32>,
     /// Requests shed for good.
@@ -92,14 +97,30 @@ pub struct Engine {
     /// Outputs produced in the current step land this many steps late (fault).
     pub output_delay: u64,
     /// The next shadow registration fails locally (fault).
-    pub fail_next_registration: bool,
+    /// A shadow registration fails locally after this many more succeed (fault).
+    pub fail_registration_after: Option<u32>,
     /// The soft deadline has passed (fault / clock).
     pub deadline_passed: bool,
+    /// The largest message lag of any rank: the blocking stage exchange waits for it.
+    pub group_lag: u64,
+    /// Points injected on this rank: (step of the injection, steady timed windows since).
+    pub points: BTreeMap<u64, (u64, u64)>,
+    /// Rare events reached (coverage goals), by name.
+    pub events: BTreeMap<&'static str, u64>,
+    /// A deliberate bug switched on (`--mutant`).
+    pub mutant: Option<Mutant>,
 }
 
 impl Engine {
     pub fn new(scenario: &Scenario, rank: u32) -> Result<Self, Mismatch> {
-        let kv = KvCacheManager::new(scenario.kv_config()).map_err(|e| Mismatch(e.0))?;
+        Self::with_mutant(scenario, rank, None)
+    }
+
+    /// An engine with a deliberate bug: a seed-bug mutant in the engine, or a
+    /// block-pool model mutant.
+    pub fn with_mutant(scenario: &Scenario, rank: u32, mutant: Option<Mutant>) -> Result<Self, Mismatch> {
+        let kv = KvCacheManager::with_mutant(scenario.kv_config(), mutant.and_then(Mutant::model))
+            .map_err(|e| Mismatch(e.0))?;
         Ok(Engine {
             rank,
             content: vec![None; scenario.pool_blocks as usize],
@@ -112,6 +133,7 @@ impl Engine {
             deferred: Vec::new(),
             pending_outputs: Vec::new(),
             cow_retained: Vec::new(),
+            cow_steps: Vec::new(),
             phantom: Vec::new(),
             shed: BTreeSet::new(),
             timed: None,
@@ -120,9 +142,28 @@ impl Engine {
             inject_queue: Vec::new(),
             message_lag: 0,
             output_delay: 0,
-            fail_next_registration: false,
+            fail_registration_after: None,
             deadline_passed: false,
+            group_lag: 0,
+            points: BTreeMap::new(),
+            events: BTreeMap::new(),
+            mutant,
         })
+    }
+
+    /// Whether seed-bug mutant `m` is switched on.
+    pub fn bug(&self, m: BugMutant) -> bool {
+        self.mutant == Some(Mutant::Bug(m))
+    }
+
+    /// The next shadow registration fails (a `stage_failure` fault is due).
+    pub fn registration_fails_next(&self) -> bool {
+        self.fail_registration_after == Some(0)
+    }
+
+    /// Count a rare event (a coverage goal).
+    pub fn event(&mut self, name: &'static str) {
+        *self.events.entry(name).or_default() += 1;
     }
 
     /// References held outside block tables, one entry per reference.
@@ -163,6 +204,7 @@ impl Engine {
             prefix,
             synthetic_upto: 0,
             random_state_at: None,
+            hit_tokens: 0,
         }
     }
 

@@ -10,6 +10,8 @@ pub struct LayoutNeed {
     /// Native warm-up: each align-mode state group reserves one more block for the
     /// first decode's partial-tail allocation (seed 000).
     pub native_reserve: bool,
+    /// §8.2 bug 23 (a mutant): align-mode state counted as one block per request.
+    pub align_one_block: bool,
 }
 
 impl LayoutNeed {
@@ -17,6 +19,7 @@ impl LayoutNeed {
         LayoutNeed {
             config,
             native_reserve: false,
+            align_one_block: false,
         }
     }
 
@@ -28,6 +31,9 @@ impl LayoutNeed {
                 let base = q.num_tokens.div_ceil(g.block_size);
                 match g.kind {
                     // Old and new state may coexist: 2 blocks (+ speculative + checkpoint = 0).
+                    GroupKind::Mamba {
+                        mamba_cache_mode: MambaMode::Align,
+                    } if self.align_one_block => 1,
                     GroupKind::Mamba {
                         mamba_cache_mode: MambaMode::Align,
                     } => 2 + u64::from(self.native_reserve),

@@ -266,6 +266,24 @@ pub fn validate_scenario(s: &BuiltinScenario) -> Result<(), String> {
             apply_admission_cap: true,
         },
     );
+    let kv = s.scenario.kv_config();
+    let align = kv.groups.iter().any(|g| {
+        matches!(
+            g.kind,
+            crate::kv::GroupKind::Mamba {
+                mamba_cache_mode: crate::kv::MambaMode::Align
+            }
+        )
+    });
+    // Align-mode state groups chunk prefills on block boundaries: a token budget
+    // below one block could never schedule a chunk (DECISION, spec/plan.md).
+    if align && s.scenario.scheduler.max_num_batched_tokens < kv.scheduler_block_size() {
+        return Err(format!(
+            "max_num_batched_tokens {} is below the block size {} that align-mode state groups chunk by",
+            s.scenario.scheduler.max_num_batched_tokens,
+            kv.scheduler_block_size()
+        ));
+    }
     let usable = u64::from(s.scenario.pool_blocks) - 1;
     if usable < one {
         return Err(format!(

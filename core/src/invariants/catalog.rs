@@ -102,6 +102,42 @@ pub const CATALOG: &[Invariant] = &[
         source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",
         checked_in: "core/src/engine/apply.rs: Engine::apply (timed-window guard)",
     },
+    Invariant {
+        id: "PL-INFLIGHT-FREE",
+        statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are.",
+        source: "dynamo_fpm.md §3.7 (defer_block_free, sched_step_seq); §8.2 bug 13 (fence bypass)",
+        checked_in: "core/src/engine/apply.rs: Engine::finish",
+    },
+    Invariant {
+        id: "PL-CAPACITY",
+        statement: "A planned allocation is never refused: every request the plan schedules fits the pool its capacity arithmetic counted on.",
+        source: "dynamo_fpm.md §1.3, §2.2, §7.2; §8.2 bugs 17, 23",
+        checked_in: "core/src/engine/apply.rs: Engine::schedule (refusal)",
+    },
+    Invariant {
+        id: "PL-NO-POACH",
+        statement: "A request the plan admits without expecting a prefix hit (a benchmark request computing its own KV) hits no cached block.",
+        source: "dynamo_fpm.md §3.9 (unique salts); §8.2 bug 20 (prefix-cache poaching)",
+        checked_in: "core/src/engine/apply.rs: Engine::schedule (poaching)",
+    },
+    Invariant {
+        id: "PL-SLOTS",
+        statement: "Running requests (parked chains and shadows included) never exceed max_num_seqs.",
+        source: "dynamo_fpm.md §3.1 step 4; §8.2 bug 25 (stage slot budget)",
+        checked_in: "core/src/engine/apply.rs: Engine::slots_check",
+    },
+    Invariant {
+        id: "PL-STEADY",
+        statement: "Every injected decode point is timed on at least one steady step after its admission step.",
+        source: "dynamo_fpm.md §1.10 (two-step steady decode, PR #12358); §8.2 bug 21",
+        checked_in: "core/src/engine/apply.rs: Engine::end_sweep (steady)",
+    },
+    Invariant {
+        id: "AR-REGIME",
+        statement: "A row's kv_seed_regime agrees with its stamp: a kvwarm_real_kv row is labelled real_*, a kvwarm_fake_fallback row fake_*.",
+        source: "dynamo_fpm.md §5.2; §8.2 bug 24",
+        checked_in: "core/src/invariants/record.rs: check_regime_labels",
+    },
 ];
 
 /// Render the catalog as the Markdown of `spec/invariants.md`.

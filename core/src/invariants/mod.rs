@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod model;
 pub mod ranks;
+pub mod record;
 
 use std::fmt;
 

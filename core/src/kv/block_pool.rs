@@ -48,6 +48,8 @@ pub struct BlockPool {
     scratch: (Vec<u32>, Vec<u32>),
     /// A deliberate bug, switched on only to show that invariant checks can fail.
     mutant: Option<ModelMutant>,
+    /// Cached blocks evicted by allocations so far (a coverage goal).
+    evictions: u64,
 }
 
 impl BlockPool {
@@ -76,6 +78,7 @@ impl BlockPool {
             free,
             scratch: (Vec::new(), Vec::new()),
             mutant,
+            evictions: 0,
         }
     }
 
@@ -118,6 +121,11 @@ impl BlockPool {
     }
 
     /// Distinct keys in the prefix-cache map (`len(BlockHashToBlockMap)`).
+    /// Cached blocks evicted by allocations so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
     pub fn num_cached_keys(&self) -> usize {
         self.cached.len()
     }
@@ -199,8 +207,8 @@ impl BlockPool {
             if self.enable_caching {
                 if self.mutant == Some(ModelMutant::StaleCacheEntry) {
                     self.set_primary(id, None);
-                } else {
-                    self.evict_cached_block(id);
+                } else if self.evict_cached_block(id) {
+                    self.evictions += 1;
                 }
             }
             self.ref_cnt[id as usize] = 1;

@@ -205,8 +205,14 @@ pub enum FaultSpec {
         rank: u32,
         by: u64,
     },
-    /// The rank's next shadow registration at or after `step` fails locally.
-    StageFailure { step: u64, rank: u32 },
+    /// The rank's next shadow registration at or after `step` fails locally; with
+    /// `after` = n, the (n + 1)-th one (n registrations succeed first).
+    StageFailure {
+        step: u64,
+        rank: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        after: u32,
+    },
     /// Messages from `rank` (its point injections) reach the other ranks `steps` steps late.
     MessageLag { rank: u32, steps: u64 },
 }
@@ -221,4 +227,8 @@ impl Plan {
             benchmark: None,
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

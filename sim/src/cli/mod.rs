@@ -2,9 +2,11 @@
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
 mod bench_cmd;
+mod check_cmd;
 mod conformance_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
+mod mutants_cmd;
 mod replay_cmd;
 mod replay_gpu;
 mod schema_cmd;
@@ -25,6 +27,11 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// The main job: property suites over every built-in scenario, coverage goals,
+    /// and (with --mutant) the seed-bug mutants, each kill shrunk to a replayable plan.
+    Check(check_cmd::CheckArgs),
+    /// List the mutants (seed bugs of dynamo_fpm.md §8.2 and block-pool model bugs).
+    Mutants,
     /// Replay a kvtrace/1 file through the model and print its observation lines.
     Trace(trace_cmd::TraceArgs),
     /// Compare kvsim with reference observations for every trace in a directory.
@@ -83,6 +90,8 @@ pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
 
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
+        Command::Check(a) => check_cmd::run(a),
+        Command::Mutants => mutants_cmd::run(),
         Command::Trace(a) => trace_cmd::run(a),
         Command::Conformance(a) => conformance_cmd::run(a),
         Command::GenTraces(a) => gen_cmd::run(a),

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use kvsim_core::plan::load_plan;
 
 use super::{read_file, say, CliError};
-use crate::exec::{perfetto_json, run_plan, Outcome};
+use crate::exec::{perfetto_json, run_plan_opts, Outcome, RunOptions};
 use crate::output::write_atomic;
 use crate::sweep::{artifacts_for, rank_path};
 
@@ -23,9 +23,12 @@ pub enum Backend {
 pub struct ReplayArgs {
     /// The plan (kvsim-plan/1 JSON).
     pub plan: PathBuf,
-    /// Where to write the result JSON.
+    /// Where to write the result JSON (sim: optional, the outcome is printed anyway).
     #[arg(long)]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
+    /// Switch on a mutant of the engine (`kvsim mutants`), as `kvsim check --mutant` did.
+    #[arg(long)]
+    pub mutant: Option<String>,
     /// The executor.
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: Backend,
@@ -48,18 +51,37 @@ fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
 pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let text = read_file(&a.plan)?;
     let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let mutant = match &a.mutant {
+        Some(m) => Some(m.parse::<kvsim_core::bugs::Mutant>().map_err(CliError::Input)?),
+        None => None,
+    };
     let report = match a.backend {
-        Backend::Sim => run_plan(&plan),
+        Backend::Sim => run_plan_opts(
+            &plan,
+            RunOptions {
+                mutant,
+                ..RunOptions::default()
+            },
+            &mut |_, _| {},
+        ),
         Backend::Gpu => {
-            if a.trace.is_some() || a.perfetto.is_some() {
-                return Err(CliError::Input("--trace and --perfetto are for the sim backend".into()));
+            if a.trace.is_some() || a.perfetto.is_some() || mutant.is_some() {
+                return Err(CliError::Input(
+                    "--trace, --perfetto and --mutant are for the sim backend".into(),
+                ));
             }
-            return super::replay_gpu::run(&plan, &a.out);
+            let out = a
+                .out
+                .as_ref()
+                .ok_or_else(|| CliError::Input("--backend gpu needs --out".into()))?;
+            return super::replay_gpu::run(&plan, out);
         }
     };
-    let mut result = serde_json::to_string_pretty(&report.to_json()).expect("results serialize");
-    result.push('\n');
-    write(&a.out, result.as_bytes())?;
+    if let Some(out) = &a.out {
+        let mut result = serde_json::to_string_pretty(&report.to_json()).expect("results serialize");
+        result.push('\n');
+        write(out, result.as_bytes())?;
+    }
     if let Some(p) = &a.trace {
         write(p, report.trace_jsonl().as_bytes())?;
     }

@@ -1,5 +1,7 @@
 //! What a simulator run produced: the outcome, the op trace, and a summary.
 
+use std::collections::BTreeMap;
+
 use kvsim_core::engine::Engine;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -95,6 +97,8 @@ pub struct RunReport {
     pub sim_time_ns: u64,
     pub last_step: u64,
     pub trace: Vec<TraceEvent>,
+    /// Rare events reached (coverage goals), by name; not part of the result file.
+    pub events: BTreeMap<String, u64>,
 }
 
 impl RunReport {
@@ -107,6 +111,7 @@ impl RunReport {
             sim_time_ns: 0,
             last_step: 0,
             trace: Vec::new(),
+            events: BTreeMap::new(),
         }
     }
 

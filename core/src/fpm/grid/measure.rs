@@ -114,10 +114,14 @@ pub fn decode_step_plan(input: DecodeStepInput<'_>, policy: GiantKvPolicy, need:
     if !input.kvwarm_real {
         // DECISION: V-A prices the extra steps uncapped (`_bench_blocks_per_req` defaults); V-E's
         // admission-capped variant is not modelled.
+        // DECISION: `c` is the point's context (injected + 1), as in the grid's
+        // feasibility check (§1.5 step 5, `max(ctx, 2) + 1`): after `repeats` steady
+        // steps a request holds ctx + repeats tokens. Pricing the injected length
+        // instead is one block short at block boundaries (found by `kvsim check`).
         let multi = input
             .injected_lengths
             .iter()
-            .map(|&c| need.blocks_per_req(BlockNeedQuery::plain(c.max(2) + repeats)))
+            .map(|&c| need.blocks_per_req(BlockNeedQuery::plain((c + 1).max(2) + repeats)))
             .fold(0, u64::saturating_add);
         if multi > input.usable_blocks_with_watermark {
             repeats = 1;

@@ -13,6 +13,7 @@ use super::{
     plan_execution, prompt_sha256, variance, CapacityFallback, ExecutionRecord, Kv, Planner, PromptEvidence,
     StageRecord, SweepError,
 };
+use crate::bugs::BugMutant;
 use crate::engine::{Engine, Mismatch};
 use crate::fpm::capacity::LayoutNeed;
 use crate::fpm::grid::{
@@ -23,12 +24,13 @@ use crate::kv::{GroupKind, NULL_BLOCK};
 use crate::plan::{BatchEntry, Expect, FaultSpec, PlanOp, ShadowGroup, TailMode, Tokens};
 
 /// Apply one op the planner built to its own engine; a refusal or a planner
-/// violation means the planner is wrong.
-pub(super) fn apply_checked(e: &mut Engine, op: &PlanOp) -> Result<(), Mismatch> {
+/// violation means the planner is wrong (a mutated, `lenient` planner records
+/// the violation's op and goes on: the executor is the judge).
+pub(super) fn apply_checked(e: &mut Engine, op: &PlanOp, lenient: bool) -> Result<(), Mismatch> {
     let out = e.apply(op)?;
     match out.violations.first() {
-        None => Ok(()),
-        Some(v) => Err(Mismatch(format!("{}: {}", v.id, v.detail))),
+        Some(v) if !lenient => Err(Mismatch(format!("{}: {}", v.id, v.detail))),
+        _ => Ok(()),
     }
 }
 
@@ -37,12 +39,13 @@ struct Live<'a> {
     e: &'a mut Engine,
     ops: Vec<PlanOp>,
     error: Option<String>,
+    lenient: bool,
 }
 
 impl Live<'_> {
     fn op(&mut self, op: PlanOp) {
         if self.error.is_none() {
-            if let Err(m) = apply_checked(self.e, &op) {
+            if let Err(m) = apply_checked(self.e, &op, self.lenient) {
                 self.error = Some(m.0);
             }
         }
@@ -55,6 +58,7 @@ impl Planner<'_> {
     fn step_live(&mut self, mut build: impl FnMut(u32, &mut Live<'_>)) -> u64 {
         let step = self.next_step;
         let mut engines = self.engines.take().expect("chain planning drives engines");
+        let lenient = self.lenient();
         for rank in 0..self.s.scenario.dp_ranks {
             let e = &mut engines[rank as usize];
             e.begin_step();
@@ -65,6 +69,7 @@ impl Planner<'_> {
                 e,
                 ops: Vec::new(),
                 error: None,
+                lenient,
             };
             build(rank, &mut live);
             if let Some(m) = live.error {
@@ -84,6 +89,32 @@ impl Planner<'_> {
 
     fn engine(&self, rank: u32) -> &Engine {
         &self.engines.as_ref().expect("chain planning drives engines")[rank as usize]
+    }
+
+    /// `_bench_frees_pending()` idle steps (§3.7; §8.2 bug 14): before anything
+    /// draws from the pool again, idle while any rank still owes fenced frees
+    /// (outputs in flight). The mutant of bug 14 does not wait.
+    pub(super) fn drain_fence(&mut self) {
+        if self.bug(BugMutant::NoIdleBeforeDraw) {
+            return;
+        }
+        for _ in 0..64 {
+            let owed = self
+                .engines
+                .as_ref()
+                .is_some_and(|es| es.iter().any(|e| !e.deferred.is_empty()));
+            if !owed {
+                return;
+            }
+            self.step_live(|_, live| live.op(PlanOp::ProcessOutputs));
+        }
+    }
+
+    /// The smallest free pool over ranks (chain planning).
+    fn min_free(&self) -> u64 {
+        self.engines.as_ref().map_or(0, |es| {
+            es.iter().map(|e| e.kv.pool.num_free_blocks() as u64).min().unwrap_or(0)
+        })
     }
 }
 
@@ -144,6 +175,18 @@ pub fn shadow_registration_with(
     covered: bool,
     random_state: bool,
 ) -> PlanOp {
+    registration_op(e, (shadow, chain), ctx, headroom, (covered, random_state), None)
+}
+
+/// `shadow_registration_with`, with a seed-bug mutant of the registration code.
+fn registration_op(
+    e: &Engine,
+    (shadow, chain): (&str, &str),
+    ctx: u64,
+    headroom: u64,
+    (covered, random_state): (bool, bool),
+    mutant: Option<BugMutant>,
+) -> PlanOp {
     let failed = || PlanOp::RegisterShadow {
         shadow: shadow.to_string(),
         chain: chain.to_string(),
@@ -155,7 +198,7 @@ pub fn shadow_registration_with(
         covered,
         random_state,
     };
-    if e.fail_next_registration {
+    if e.registration_fails_next() {
         // A local stage failure (`stage_failure` fault) is coming: report it.
         return failed();
     }
@@ -171,6 +214,14 @@ pub fn shadow_registration_with(
             spans.push((vec![NULL_BLOCK; first as usize], (end - first) as usize, None));
             continue;
         }
+        if mutant == Some(BugMutant::RecurrentStateBorrowed) && matches!(grp.kind, GroupKind::Mamba { .. }) {
+            // §8.2 bug 8: the state slot is a fresh block, not the chain's state at ctx.
+            let (first, end) = recurrent_shadow_range(ctx, headroom, grp.block_size);
+            let shared = tables[g].iter().copied().take(first as usize).collect::<Vec<_>>();
+            let fresh = end as usize - shared.len();
+            spans.push((shared, fresh, None));
+            continue;
+        }
         if !matches!(grp.kind, GroupKind::FullAttention | GroupKind::Mla) {
             // DECISION: only positional full-attention/MLA groups are borrowed (the
             // chain gate rejects state layers; windows are not chain-eligible here).
@@ -183,11 +234,46 @@ pub fn shadow_registration_with(
             // "chain … too shallow for shadow …" (§3.6; §8.2 bug 6).
             return failed();
         }
+        if mutant == Some(BugMutant::ZeroAllocBorrow) {
+            // §8.2 bug 9: the chain's table borrowed read-only, no private tail.
+            spans.push((tables[g][..n_total].to_vec(), 0, None));
+            continue;
+        }
         let cow_from = (!ctx.is_multiple_of(bs)).then(|| tables[g][n_shared]);
         spans.push((tables[g][..n_shared].to_vec(), n_total - n_shared, cow_from));
     }
     let total: usize = spans.iter().map(|s| s.1).sum();
-    if total > e.kv.pool.num_free_blocks() {
+    let free = e.kv.pool.num_free_blocks();
+    if total > free && mutant == Some(BugMutant::RegistrationNotAtomic) {
+        // §8.2 bug 1: groups registered one by one until the pool runs dry; the
+        // failure leaves the earlier groups behind.
+        let mut fresh = e.kv.pool.free_queue().take(free);
+        let mut left = free;
+        let mut groups = Vec::new();
+        for (shared, n, cow_from) in spans {
+            if n > left {
+                break;
+            }
+            left -= n;
+            groups.push(ShadowGroup {
+                shared,
+                tail: fresh.by_ref().take(n).collect(),
+                cow_from,
+            });
+        }
+        return PlanOp::RegisterShadow {
+            shadow: shadow.to_string(),
+            chain: chain.to_string(),
+            ctx,
+            headroom,
+            tail: TailMode::Zero,
+            groups,
+            ok: false,
+            covered,
+            random_state,
+        };
+    }
+    if total > free {
         // `_kvwarm_shadow_pool_shortfall` > 0 (§3.5 step 2): register nothing.
         return failed();
     }
@@ -243,9 +329,20 @@ pub(super) fn plan_chain_sweep(
     let repeats = s.bench.giant_kv_repeats;
     // §3.1 step 3 / §8.2 bug 6: margin = point need = 1 + repeats for every point
     // (repeats floored at 1).
-    let point_need = 1 + repeats.max(1);
+    // §8.2 bug 6: a single steady step's margin for every point.
+    let point_need = if p.bug(BugMutant::MarginSingleSteadyStep) {
+        2
+    } else {
+        1 + repeats.max(1)
+    };
     let depth_cap = s.scenario.scheduler.max_model_len.saturating_sub(4);
-    let tail = shadow_tail_blocks(need, repeats);
+    // §8.2 bug 1: feasibility charged only the resident chain blocks.
+    let tail = if p.bug(BugMutant::ShadowTailNotReserved) {
+        0
+    } else {
+        shadow_tail_blocks(need, repeats)
+    };
+    let slot_budget = !p.bug(BugMutant::RungSlotBudget);
     let blocks = |depth: u64| {
         need.blocks_per_req(BlockNeedQuery {
             num_tokens: depth,
@@ -284,7 +381,7 @@ pub(super) fn plan_chain_sweep(
             usable = usable * 85 / 100;
         }
         let fits = |d: u64| (blocks(d) + tail) * *b <= usable;
-        if 2 * *b > max_running {
+        if slot_budget && 2 * *b > max_running {
             // V-E slot budget (§3.1 step 4; §8.2 bug 25): B parked chains and B
             // shadows must fit max_num_running_reqs; the rung is dropped.
             *depth = 0;
@@ -363,12 +460,17 @@ pub(super) fn plan_chain_sweep(
             if let Some((ob, g)) = stage.take() {
                 shed_chains(p, g, ob as usize);
             }
+            p.drain_fence();
             generation += 1;
             match build_stage(p, generation, b as usize, depth_of(b), pt.point.benchmark_id) {
                 Err(added) => {
                     // Abandoned at the soft deadline (§1.12, §8.2 bug 5): shed, stop.
                     if added {
+                        let waiting = waiting_chains(p, generation, b as usize);
                         shed_chains(p, generation, b as usize);
+                        if p.bug(BugMutant::ShedWithoutFinish) {
+                            readmit(p, waiting);
+                        }
                     }
                     break;
                 }
@@ -396,6 +498,7 @@ pub(super) fn plan_chain_sweep(
     if let Some((ob, g)) = stage.take() {
         shed_chains(p, g, ob as usize);
     }
+    p.drain_fence();
     let usable = cfg.capacity.usable_blocks_with_watermark;
     for pt in points
         .iter()
@@ -419,6 +522,15 @@ pub(super) fn plan_chain_sweep(
             },
             need,
         );
+        // DECISION (spec/plan.md §4): after a pool shrank mid-run (the `shrink_pool`
+        // fault), a fake point that no longer fits some rank's free pool is skipped
+        // on every rank with `pool_shortfall` instead of admitted.
+        p.drain_fence();
+        let fake_need = crate::fpm::capacity::native_footprint(need, &pt.adm.injected_lengths, steps.extra_steps);
+        if fake_need > p.min_free() {
+            p.skip_point(pt.point.benchmark_id, "pool_shortfall");
+            continue;
+        }
         let mut point = pt.point.clone();
         if pt.adm.context_clamped {
             point.total_kv_read_tokens = pt.adm.steady_kv_tokens;
@@ -478,6 +590,8 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
     // locally: it stops building, sheds its chains at once, and idles until every
     // rank is done (V-E stage round, §7.3; invariant 34).
     let mut local: Vec<Local> = vec![Local::Building; s.scenario.dp_ranks as usize];
+    let ignore_placeholders = p.bug(BugMutant::ReadyBeforePlaceholders);
+    let ignore_deadline = p.bug(BugMutant::StageBuildIgnoresDeadline);
     // Chains that never stop on their own: Dynamo's max_tokens=100_000 with
     // ignore_eos; kvsim's chains produce one sampled token and are never decoded.
     for _ in 0..100_000 {
@@ -487,13 +601,15 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
                 local[rank as usize] != Local::Building
                     || (0..batch).all(|i| {
                         let r = &e.requests[&chain_id(generation, rank, i)].req;
-                        r.num_computed_tokens >= depth && r.num_output_placeholders == 0
+                        // §8.2 bug 7 counts a chain ready before its output landed.
+                        r.num_computed_tokens >= depth && (r.num_output_placeholders == 0 || ignore_placeholders)
                     })
             });
         if parked {
             break;
         }
-        if p.deadline_observed() {
+        // §8.2 bug 5: the deadline is seen (and recorded) but the build goes on.
+        if p.deadline_observed() && !ignore_deadline {
             if added {
                 let steps = p.next_step - first_step;
                 p.record_stage(StageRecord {
@@ -574,7 +690,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
                         ..Default::default()
                     },
                 };
-                if dp && live.e.clone().apply(&op).is_err() {
+                if dp && !matches!(live.e.clone().apply(&op), Ok(o) if o.violations.is_empty()) {
                     // The pool refuses the chain on this rank: a local stage failure.
                     local[rank as usize] = Local::Failed;
                     break;
@@ -636,6 +752,7 @@ enum Local {
 /// (fenced), then drain the fence before anything draws from the pool again.
 /// Chains a rank already shed after a local failure are not shed twice.
 fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
+    let drain = !p.bug(BugMutant::NoIdleBeforeDraw);
     p.step_live(|rank, live| {
         for i in 0..batch {
             let id = chain_id(generation, rank, i);
@@ -643,7 +760,49 @@ fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
                 live.op(PlanOp::Shed { req: id, fenced: true });
             }
         }
-        live.op(PlanOp::ProcessOutputs);
+        if drain {
+            live.op(PlanOp::ProcessOutputs);
+        }
+    });
+}
+
+/// Chains still waiting (never scheduled), per rank, with their prompts.
+fn waiting_chains(p: &Planner<'_>, generation: u64, batch: usize) -> Vec<Vec<(String, Tokens, String)>> {
+    let vocab = p.s.scenario.model.vocab_size;
+    (0..p.s.scenario.dp_ranks)
+        .map(|rank| {
+            (0..batch)
+                .filter(|&i| {
+                    let id = chain_id(generation, rank, i);
+                    p.engine(rank)
+                        .requests
+                        .get(&id)
+                        .is_some_and(|r| r.req.status != crate::kv::RequestStatus::Running)
+                })
+                .map(|i| {
+                    let depth = p.engine(rank).requests[&chain_id(generation, rank, i)].req.num_tokens();
+                    (
+                        chain_id(generation, rank, i),
+                        chain_tokens(rank, i, depth, vocab),
+                        chain_salt(rank, i),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// §8.2 bug 2: a chain shed by hand while still waiting stays in the scheduler's
+/// waiting queue, which admits it again.
+fn readmit(p: &mut Planner<'_>, waiting: Vec<Vec<(String, Tokens, String)>>) {
+    p.step_live(|rank, live| {
+        for (id, prompt, salt) in &waiting[rank as usize] {
+            live.op(PlanOp::AddRequest {
+                req: id.clone(),
+                prompt: prompt.clone(),
+                cache_salt: Some(salt.clone()),
+            });
+        }
     });
 }
 
@@ -677,22 +836,30 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     // `headroom = max(1, extra steps)` (§3.5 step 1).
     let headroom = steps.extra_steps.max(1);
     let req = |rank: u32, slot: usize| format!("p{id}.r{rank}.shadow{slot}");
+    p.drain_fence();
     let ranks = s.scenario.dp_ranks as usize;
     let random_kda = s.bench.random_kda;
     let mut registered: Vec<Vec<usize>> = vec![Vec::new(); ranks];
     let mut local_ok = vec![true; ranks];
     let mut unanticipated = false;
+    let mutant = p.mutant.and_then(crate::bugs::Mutant::bug);
+    // Mutants of §8.2 bugs 1 and 6 attempt a registration the pre-check would refuse.
+    let attempt_anyway = matches!(
+        mutant,
+        Some(BugMutant::ShadowTailNotReserved | BugMutant::RegistrationNotAtomic | BugMutant::MarginSingleSteadyStep)
+    );
+    let late_release = p.bug(BugMutant::CowReleaseInWindow);
+    let keep_queue = p.bug(BugMutant::CowQueueNotDrained);
     p.step_live(|rank, live| {
         for (slot, &ctx) in injected.iter().enumerate() {
-            let armed = live.e.fail_next_registration;
-            let op = shadow_registration_with(
+            let armed = live.e.registration_fails_next();
+            let op = registration_op(
                 live.e,
-                &req(rank, slot),
-                &chain_id(generation, rank, slot),
+                (&req(rank, slot), &chain_id(generation, rank, slot)),
                 ctx,
                 headroom,
-                true,
-                random_kda,
+                (true, random_kda),
+                mutant,
             );
             if matches!(op, PlanOp::RegisterShadow { ok: true, .. }) {
                 live.op(op);
@@ -702,27 +869,36 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
             // A local failure: the injected one is attempted (and consumed); a pool
             // shortfall is caught by the pre-check and nothing is attempted (§3.5
             // step 2). Either way this rank stops registering for the point.
-            if armed {
+            if armed || attempt_anyway {
                 live.op(op);
-            } else {
+            }
+            if !armed {
                 unanticipated = true;
             }
             local_ok[rank as usize] = false;
             break;
         }
-        // §3.6 / §8.2 bug 11: CoW retentions released in the injection window.
-        live.op(PlanOp::ReleaseCow);
+        // §3.6 / §8.2 bug 11: CoW retentions released in the injection window;
+        // §8.2 bug 12 leaves them queued when a shadow of the point failed.
+        let drained = !keep_queue || local_ok[rank as usize];
+        if !late_release && drained {
+            live.op(PlanOp::ReleaseCow);
+        }
     });
     let environment_faults = p
         .faults
         .iter()
         .any(|f| matches!(f, FaultSpec::ShrinkPool { .. } | FaultSpec::Abort { .. }));
-    if unanticipated && !environment_faults {
+    if unanticipated && !environment_faults && !p.lenient() {
         return Err(SweepError(format!(
-            "point {id}: a covered shadow failed to register (the plan did not reserve its tail)"
+            "point {id}: a covered shadow failed to register (the plan did not reserve its tail){}",
+            p.error.as_ref().map_or(String::new(), |e| format!("; first: {e}"))
         )));
     }
-    if local_ok.contains(&false) {
+    // §8.2 bug 15: a rank that failed locally goes its own way while its peers
+    // measure the point.
+    let local_verdict = p.bug(BugMutant::LocalStageVerdict) && local_ok.contains(&true);
+    if local_ok.contains(&false) && !local_verdict {
         // Group verdict false: every rank retires what it registered, nothing is injected.
         if registered.iter().any(|r| !r.is_empty()) {
             p.step(|rank| {
@@ -742,14 +918,52 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     let mut timed = Vec::new();
     let mut kv_tokens = Vec::new();
     let mut variances = Vec::new();
-    for k in 0..=steps.extra_steps {
+    // §8.2 bug 21: the admission step alone.
+    let extra_steps = if p.bug(BugMutant::AdmissionShapedDecode) {
+        0
+    } else {
+        steps.extra_steps
+    };
+    for k in 0..=extra_steps {
         // Shadows allocate nothing: their tails were registered up front (§1.10).
-        timed.push(p.step(|rank| decode_step(injected.len(), rank, id, k == 0, false, &req)));
+        timed.push(p.step(|rank| {
+            if !local_ok[rank as usize] {
+                // (bug 15) the failed rank idles; its fallback comes later.
+                return vec![PlanOp::ProcessOutputs];
+            }
+            let mut ops = decode_step(injected.len(), rank, id, k == 0, false, &req);
+            if k == 0 && late_release {
+                let at = ops
+                    .iter()
+                    .position(|o| matches!(o, PlanOp::BeginTimed { .. }))
+                    .unwrap_or(0)
+                    + 1;
+                ops.insert(at, PlanOp::ReleaseCow);
+            }
+            ops
+        }));
         let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
         kv_tokens.push(ctx.iter().sum());
         variances.push(variance(&ctx));
     }
-    p.step(|rank| retire(injected.len(), rank, &req));
+    let retire_ops: Vec<Vec<PlanOp>> = (0..s.scenario.dp_ranks)
+        .map(|rank| {
+            if local_ok[rank as usize] {
+                p.drained(retire(injected.len(), rank, &req))
+            } else {
+                let mut ops: Vec<PlanOp> = registered[rank as usize]
+                    .iter()
+                    .map(|&slot| PlanOp::Finish {
+                        req: req(rank, slot),
+                        fenced: true,
+                    })
+                    .collect();
+                ops.push(PlanOp::ProcessOutputs);
+                ops
+            }
+        })
+        .collect();
+    p.step(|rank| retire_ops[rank as usize].clone());
     let mut point = pt.point.clone();
     if pt.adm.context_clamped {
         point.total_kv_read_tokens = pt.adm.steady_kv_tokens;
@@ -758,7 +972,10 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     point.sample_reasons.push(SampleReason::KvwarmRealKv);
     p.finished_points += 1;
     // §5.2: random KDA labels real rows `real_attention_kv_random_kda`.
-    let regime = if random_kda {
+    let regime = if random_kda && p.bug(BugMutant::KdaRegimeMislabel) {
+        // §8.2 bug 24 (V-A): every random-KDA decode row labelled fake.
+        "fake_attention_kv_random_kda"
+    } else if random_kda {
         "real_attention_kv_random_kda"
     } else {
         "real_kv"

@@ -20,6 +20,7 @@ use super::grid::{
     SampleReason,
 };
 use super::scenarios::BuiltinScenario;
+use crate::bugs::{BugMutant, Mutant};
 use crate::engine::Engine;
 use crate::plan::{FaultSpec, Plan, PlanOp, Step, Tokens};
 use ops::{decode_step, fake_injection, native_prefill, retire};
@@ -35,6 +36,9 @@ pub struct SweepError(pub String);
 pub struct SweepOptions {
     pub timeout_seconds: Option<f64>,
     pub faults: Vec<FaultSpec>,
+    /// A deliberate bug (`kvsim check --mutant`): the planner records the plan the
+    /// buggy code would run, and its own engines tolerate the violations that follow.
+    pub mutant: Option<Mutant>,
 }
 
 /// A planned sweep: the plan to run and the planner's record.
@@ -88,9 +92,30 @@ struct Planner<'a> {
     finished_points: u64,
     stopped: bool,
     faults: Vec<FaultSpec>,
+    mutant: Option<Mutant>,
 }
 
 impl Planner<'_> {
+    /// Whether seed-bug mutant `m` is on.
+    fn bug(&self, m: BugMutant) -> bool {
+        self.mutant == Some(Mutant::Bug(m))
+    }
+
+    /// A mutated planner keeps planning past violations its own engines see: the
+    /// executor is the one to catch them.
+    fn lenient(&self) -> bool {
+        self.mutant.is_some()
+    }
+
+    /// A step's closing fence drain (`_bench_frees_pending` idle step, §3.7);
+    /// §8.2 bug 14 leaves it out.
+    fn drained(&self, mut ops: Vec<PlanOp>) -> Vec<PlanOp> {
+        if self.bug(BugMutant::NoIdleBeforeDraw) && matches!(ops.last(), Some(PlanOp::ProcessOutputs)) {
+            ops.pop();
+        }
+        ops
+    }
+
     /// One `kvwarm.stages[]` entry per rank: every rank runs the stage in lock-step.
     fn record_stage(&mut self, stage: StageRecord) {
         for rank in 0..self.s.scenario.dp_ranks {
@@ -110,8 +135,9 @@ impl Planner<'_> {
                 for f in &self.faults {
                     e.apply_fault(f, step);
                 }
+                let lenient = self.mutant.is_some();
                 for op in &ops {
-                    if let Err(m) = chain::apply_checked(e, op) {
+                    if let Err(m) = chain::apply_checked(e, op, lenient) {
                         self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
                     }
                 }
@@ -134,11 +160,28 @@ pub fn plan_sweep_with(
     requested: Option<Strategy>,
     opts: &SweepOptions,
 ) -> Result<SweepPlan, SweepError> {
-    let verdict = gate(s);
+    let bug = |m| opts.mutant == Some(Mutant::Bug(m));
+    let mut verdict = gate(s);
+    if bug(BugMutant::RecurrentStateBorrowed)
+        && verdict.skip_reason.as_deref() != Some("dense_model_content_insensitive")
+    {
+        // §8.2 bug 8: before the gate rejected hybrid state layers.
+        verdict.chain = s.scenario.scheduler.enable_caching;
+        if verdict.chain {
+            verdict.skip_reason = None;
+        }
+    }
     let chosen = choose(s, &verdict, requested)?;
-    let need = LayoutNeed::new(s.scenario.kv_config());
+    let mut need = LayoutNeed::new(s.scenario.kv_config());
+    need.align_one_block = bug(BugMutant::AlignStateOneBlock);
     let mut cfg = s.grid_config();
-    dp::negotiate_capacity(s.scenario.dp_ranks, &opts.faults, &mut cfg);
+    // §8.2 bug 17: per-rank plans from rank 0's local pool.
+    let ranks = if bug(BugMutant::PerRankCapacity) {
+        1
+    } else {
+        s.scenario.dp_ranks
+    };
+    dp::negotiate_capacity(ranks, &opts.faults, &mut cfg);
     let mut grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
     let usable = cfg.capacity.usable_blocks_with_watermark;
     let enabled = requested != Some(Strategy::Synthetic);
@@ -177,6 +220,7 @@ pub fn plan_sweep_with(
         finished_points: 0,
         stopped: false,
         faults: opts.faults.clone(),
+        mutant: opts.mutant,
     };
     if chosen == Some(Strategy::Chain) {
         chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
@@ -278,10 +322,15 @@ pub fn plan_sweep_with(
 /// The final step: drain the fence, reset the prefix cache, end the sweep.
 fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
     let s = p.s;
+    // DONE (§1.8) resets the prefix cache once no fenced free is owed (§3.7).
+    p.drain_fence();
+    // A mutated planner does not promise the reset succeeds: PL-CLEAN-END judges it.
+    let lenient = p.lenient();
+    let expect = (!lenient).then_some(true);
     p.step(|_| {
         vec![
             PlanOp::ProcessOutputs,
-            PlanOp::ResetPrefixCache { expect: Some(true) },
+            PlanOp::ResetPrefixCache { expect },
             PlanOp::EndSweep,
         ]
     });
@@ -289,7 +338,7 @@ fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
     plan.steps = p.steps;
     plan.faults = p.faults;
     plan.benchmark = Some(serde_json::to_value(&p.meta).expect("meta serializes"));
-    if let Some(e) = p.error {
+    if let Some(e) = p.error.filter(|_| !lenient) {
         return Err(SweepError(format!(
             "the chain planner's engine refused its own plan: {e}"
         )));
@@ -342,7 +391,23 @@ fn plan_execution(
 ) -> Result<(), SweepError> {
     let id = point.benchmark_id;
     let vocab = p.s.scenario.model.vocab_size;
-    let salt = |rank: u32, slot: usize| format!("point{id}:dp{rank}:slot{slot}");
+    // §3.9: a unique salt per (point, rank, slot); §8.2 bug 20 salts per slot only.
+    let shared_salts = p.bug(BugMutant::SharedSalts);
+    let salt = |rank: u32, slot: usize| {
+        if shared_salts {
+            format!("slot{slot}")
+        } else {
+            format!("point{id}:dp{rank}:slot{slot}")
+        }
+    };
+    // §8.2 bug 21: measured on the admission step alone.
+    let extra_steps = if p.bug(BugMutant::AdmissionShapedDecode) {
+        0
+    } else {
+        extra_steps
+    };
+    // §8.2 bug 4: the synthetic blocks' registration is left to the timed admission step.
+    let late_cache = kv == Kv::Fake && p.bug(BugMutant::RegistrationInTimedWindow);
     let req = |rank: u32, slot: usize| format!("p{id}.r{rank}.s{slot}");
     let prompt_len = |len: u64| if kv == Kv::Native { len } else { len + 1 };
     let prompts = |rank: u32| -> Vec<PromptEvidence> {
@@ -367,15 +432,38 @@ fn plan_execution(
     let first_step = p.next_step;
     let warm = match kv {
         Kv::Native => match native_prefill(p, injected, &salt, &req, vocab) {
-            Some(w) => w,
-            None => {
+            Ok(w) => w,
+            Err(waiting) => {
                 // The deadline passed mid-prefill: the stage is shed, nothing measured (§1.12).
                 p.step(|rank| timeout::shed_all(injected.len(), rank, &req));
+                if p.bug(BugMutant::ShedWithoutFinish) && !waiting.is_empty() {
+                    // §8.2 bug 2: shed by hand, a request still waiting is admitted again.
+                    p.step(|rank| {
+                        waiting
+                            .iter()
+                            .map(|&slot| PlanOp::AddRequest {
+                                req: req(rank, slot),
+                                prompt: Tokens::Salted {
+                                    salt: salt(rank, slot),
+                                    len: injected[slot],
+                                    vocab,
+                                },
+                                cache_salt: Some(salt(rank, slot)),
+                            })
+                            .collect()
+                    });
+                }
                 return Ok(());
             }
         },
         Kv::Fake => {
-            p.step(|rank| fake_injection(injected, rank, &salt, &req, vocab));
+            p.step(|rank| {
+                let mut ops = fake_injection(injected, rank, &salt, &req, vocab);
+                if late_cache {
+                    ops.retain(|o| !matches!(o, PlanOp::CacheBlocks { .. }));
+                }
+                ops
+            });
             0
         }
     };
@@ -385,12 +473,33 @@ fn plan_execution(
     for k in 0..=extra_steps {
         let admission = k == 0;
         let schedule = !(admission && kv == Kv::Fake);
-        timed.push(p.step(|rank| decode_step(injected.len(), rank, id, admission, schedule, &req)));
+        timed.push(p.step(|rank| {
+            let mut ops = decode_step(injected.len(), rank, id, admission, schedule, &req);
+            if admission && late_cache {
+                let at = ops
+                    .iter()
+                    .position(|o| matches!(o, PlanOp::BeginTimed { .. }))
+                    .unwrap_or(0)
+                    + 1;
+                for (slot, &len) in injected.iter().enumerate().rev() {
+                    ops.insert(
+                        at,
+                        PlanOp::CacheBlocks {
+                            req: req(rank, slot),
+                            num_tokens: len,
+                        },
+                    );
+                }
+            }
+            ops
+        }));
         let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
         kv_tokens.push(ctx.iter().sum());
         variances.push(variance(&ctx));
     }
-    p.step(|rank| retire(injected.len(), rank, &req));
+    let retire_ops = |rank| p.drained(retire(injected.len(), rank, &req));
+    let per_rank: Vec<Vec<PlanOp>> = (0..p.s.scenario.dp_ranks).map(retire_ops).collect();
+    p.step(|rank| per_rank[rank as usize].clone());
     if kv == Kv::Native {
         p.record_stage(StageRecord {
             rank: 0,

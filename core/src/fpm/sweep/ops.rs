@@ -16,22 +16,24 @@ fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
 /// Native exact-context warm-up: prefill each request's `ctx − 1` prompt through
 /// the normal scheduler, chunked by the token budget (chunks end on block
 /// boundaries so align-mode state groups split as vLLM's scheduler does).
-/// Returns the untimed prefill tokens, or `None` when the soft deadline passed
-/// mid-prefill (the caller sheds the stage, §1.12; §8.2 bug 5).
+/// Returns the untimed prefill tokens, or, when the soft deadline passed
+/// mid-prefill, the slots never scheduled (the caller sheds the stage, §1.12;
+/// §8.2 bug 5; the mutant of bug 5 keeps prefilling).
 pub(super) fn native_prefill(
     p: &mut Planner<'_>,
     injected: &[u64],
     salt: &dyn Fn(u32, usize) -> String,
     req: &dyn Fn(u32, usize) -> String,
     vocab: u64,
-) -> Option<u64> {
+) -> Result<u64, Vec<usize>> {
+    let ignore_deadline = p.bug(crate::bugs::BugMutant::StageBuildIgnoresDeadline);
     let budget = p.s.scenario.scheduler.max_num_batched_tokens;
     let block = p.s.scenario.kv_config().scheduler_block_size();
     let mut done = vec![0u64; injected.len()];
     let mut first = true;
     while done.iter().zip(injected).any(|(d, l)| d < l) {
-        if !first && p.deadline_observed() {
-            return None;
+        if !first && p.deadline_observed() && !ignore_deadline {
+            return Err((0..injected.len()).filter(|&i| done[i] == 0).collect());
         }
         let mut left = budget;
         let mut chunks: Vec<(usize, u64)> = Vec::new();
@@ -96,7 +98,7 @@ pub(super) fn native_prefill(
         }
         first = false;
     }
-    Some(injected.iter().sum())
+    Ok(injected.iter().sum())
 }
 
 /// Synthetic injection in the untimed window: prompt ctx−1+1 tokens, slots for all

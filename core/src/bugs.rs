@@ -1,0 +1,322 @@
+//! The seed bugs as mutants (dynamo_fpm.md §8.2): runtime switches that restore
+//! the buggy behaviour where the research describes its cause. A planner mutant
+//! changes the plan a sweep planner records (the plan itself is then buggy and
+//! `kvsim replay PLAN` fails on it); an engine mutant changes how the executor's
+//! engine carries out an op Dynamo implements (replay needs `--mutant NAME`).
+//! Bugs kvsim does not express are listed, with the reason, in spec/mutants.md.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::kv::mutant::ModelMutant;
+
+/// Where a mutant lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// The sweep planner: the recorded plan carries the bug.
+    Planner,
+    /// The engine that executes plans (Dynamo's scheduler-side code).
+    Engine,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BugMutant {
+    ShadowTailNotReserved,
+    RegistrationNotAtomic,
+    ShedWithoutFinish,
+    RegistrationInTimedWindow,
+    StageBuildIgnoresDeadline,
+    MarginSingleSteadyStep,
+    ReadyBeforePlaceholders,
+    RecurrentStateBorrowed,
+    ZeroAllocBorrow,
+    CowSourceNotTouched,
+    CowReleaseInWindow,
+    CowQueueNotDrained,
+    FenceBypass,
+    NoIdleBeforeDraw,
+    LocalStageVerdict,
+    PerRankCapacity,
+    SharedSalts,
+    AdmissionShapedDecode,
+    NonblockingStageExchange,
+    AlignStateOneBlock,
+    KdaRegimeMislabel,
+    RungSlotBudget,
+}
+
+/// One mutant's catalog entry.
+pub struct BugInfo {
+    pub mutant: BugMutant,
+    pub name: &'static str,
+    /// The bug's number in dynamo_fpm.md §8.2.
+    pub bug: u32,
+    pub site: Site,
+    /// The invariant that must catch it.
+    pub invariant: &'static str,
+    /// What the mutant restores (the research's cause, in one line).
+    pub cause: &'static str,
+}
+
+use BugMutant as M;
+
+pub const BUGS: &[BugInfo] = &[
+    BugInfo {
+        mutant: M::ShadowTailNotReserved,
+        name: "shadow-tail-not-reserved",
+        bug: 1,
+        site: Site::Planner,
+        invariant: "PL-COVERAGE",
+        cause: "plan feasibility charges only resident chain blocks, not the shadows' private tails, and registration is attempted without the pool pre-check",
+    },
+    BugInfo {
+        mutant: M::RegistrationNotAtomic,
+        name: "registration-not-atomic",
+        bug: 1,
+        site: Site::Planner,
+        invariant: "PL-SHADOW-ATOMIC",
+        cause: "shadow registration mutates refs and tables group by group; a pool shortfall leaves the groups registered so far behind",
+    },
+    BugInfo {
+        mutant: M::ShedWithoutFinish,
+        name: "shed-without-finish",
+        bug: 2,
+        site: Site::Planner,
+        invariant: "PL-NO-READMIT",
+        cause: "chains are shed by hand-editing scheduler structures; a chain still waiting when a soft timeout lands mid-build is admitted again",
+    },
+    BugInfo {
+        mutant: M::RegistrationInTimedWindow,
+        name: "registration-in-timed-window",
+        bug: 4,
+        site: Site::Planner,
+        invariant: "PL-TIMED-HOST",
+        cause: "allocate_slots(delay_cache_blocks=True) leaves the synthetic blocks' prefix-cache commit to the admission step, inside the timed window",
+    },
+    BugInfo {
+        mutant: M::StageBuildIgnoresDeadline,
+        name: "stage-build-ignores-deadline",
+        bug: 5,
+        site: Site::Planner,
+        invariant: "PL-DEADLINE",
+        cause: "the stage monitor never acts on the soft deadline: a stage keeps building and registers shadows after it passed",
+    },
+    BugInfo {
+        mutant: M::MarginSingleSteadyStep,
+        name: "margin-single-steady-step",
+        bug: 6,
+        site: Site::Planner,
+        invariant: "PL-COVERAGE",
+        cause: "the chain margin is 1 + 1 instead of 1 + repeats, so at a block boundary the shadow needs one block more than the chain holds",
+    },
+    BugInfo {
+        mutant: M::ReadyBeforePlaceholders,
+        name: "ready-before-placeholders",
+        bug: 7,
+        site: Site::Planner,
+        invariant: "PL-SHADOW-PARKED",
+        cause: "a chain counts as parked once its tokens are scheduled, before its last chunk's output placeholder has landed",
+    },
+    BugInfo {
+        mutant: M::RecurrentStateBorrowed,
+        name: "recurrent-state-borrowed",
+        bug: 8,
+        site: Site::Planner,
+        invariant: "PL-WINDOW",
+        cause: "the gate admits hybrid state layouts to chains and the shadow's state slot does not hold the chain's state at its depth",
+    },
+    BugInfo {
+        mutant: M::ZeroAllocBorrow,
+        name: "zero-alloc-borrow",
+        bug: 9,
+        site: Site::Planner,
+        invariant: "PL-WINDOW",
+        cause: "the shadow borrows the chain's whole block table with no private tail, so its decode writes land in chain blocks later borrows read",
+    },
+    BugInfo {
+        mutant: M::CowSourceNotTouched,
+        name: "cow-source-not-touched",
+        bug: 10,
+        site: Site::Engine,
+        invariant: "KV-REF",
+        cause: "the copy-on-write retention takes no reference on the source, so its release consumes the chain's own reference",
+    },
+    BugInfo {
+        mutant: M::CowReleaseInWindow,
+        name: "cow-release-in-window",
+        bug: 11,
+        site: Site::Planner,
+        invariant: "PL-TIMED-HOST",
+        cause: "copy-on-write retentions are released through the fence in the admission step, inside the timed window",
+    },
+    BugInfo {
+        mutant: M::CowQueueNotDrained,
+        name: "cow-queue-not-drained",
+        bug: 12,
+        site: Site::Planner,
+        invariant: "PL-CLEAN-END",
+        cause: "queued copy-on-write retentions are not drained when a later shadow of the point fails, so blocks stay referenced",
+    },
+    BugInfo {
+        mutant: M::FenceBypass,
+        name: "fence-bypass",
+        bug: 13,
+        site: Site::Engine,
+        invariant: "PL-INFLIGHT-FREE",
+        cause: "benchmark-built outputs skip the sched_step_seq increment, so a request retired while its step is in flight is freed at once",
+    },
+    BugInfo {
+        mutant: M::NoIdleBeforeDraw,
+        name: "no-idle-before-draw",
+        bug: 14,
+        site: Site::Planner,
+        invariant: "PL-FENCE",
+        cause: "no idle step drains fenced frees after retiring or shedding, so the next allocation draws from a pool still owed fenced blocks",
+    },
+    BugInfo {
+        mutant: M::LocalStageVerdict,
+        name: "local-stage-verdict",
+        bug: 15,
+        site: Site::Planner,
+        invariant: "PL-DP-LOCKSTEP",
+        cause: "a local shadow-registration failure sends only that rank to fallback while its peers inject the point",
+    },
+    BugInfo {
+        mutant: M::PerRankCapacity,
+        name: "per-rank-capacity",
+        bug: 17,
+        site: Site::Planner,
+        invariant: "PL-CAPACITY",
+        cause: "plans use rank 0's local pool instead of the negotiated minimum, so a rank with a smaller pool cannot admit a planned point",
+    },
+    BugInfo {
+        mutant: M::SharedSalts,
+        name: "shared-salts",
+        bug: 20,
+        site: Site::Planner,
+        invariant: "PL-NO-POACH",
+        cause: "synthetic prompts are salted per slot only, so a later point's request hits an earlier point's cached blocks",
+    },
+    BugInfo {
+        mutant: M::AdmissionShapedDecode,
+        name: "admission-shaped-decode",
+        bug: 21,
+        site: Site::Planner,
+        invariant: "PL-STEADY",
+        cause: "a decode point is measured on its admission step only, with no steady step",
+    },
+    BugInfo {
+        mutant: M::NonblockingStageExchange,
+        name: "nonblocking-stage-exchange",
+        bug: 22,
+        site: Site::Engine,
+        invariant: "PL-DP-LOCKSTEP",
+        cause: "the stage exchange does not block: each rank acts on its own decision when it is made, not once every rank's message arrived",
+    },
+    BugInfo {
+        mutant: M::AlignStateOneBlock,
+        name: "align-state-one-block",
+        bug: 23,
+        site: Site::Planner,
+        invariant: "PL-CAPACITY",
+        cause: "align-mode state groups are counted as one block per request instead of 2 (+ speculative + checkpoint)",
+    },
+    BugInfo {
+        mutant: M::KdaRegimeMislabel,
+        name: "kda-regime-mislabel",
+        bug: 24,
+        site: Site::Planner,
+        invariant: "AR-REGIME",
+        cause: "every random-KDA decode row is labelled fake_attention_kv_random_kda, real-KV rows included (V-A)",
+    },
+    BugInfo {
+        mutant: M::RungSlotBudget,
+        name: "rung-slot-budget",
+        bug: 25,
+        site: Site::Planner,
+        invariant: "PL-SLOTS",
+        cause: "rungs with 2·B above max_num_running_reqs are kept: B parked chains plus B shadows exceed the scheduler's request slots",
+    },
+];
+
+impl BugMutant {
+    pub fn info(self) -> &'static BugInfo {
+        BUGS.iter()
+            .find(|b| b.mutant == self)
+            .expect("every mutant has an entry")
+    }
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+}
+
+/// Any mutant `--mutant` accepts: a seed bug or a block-pool model bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutant {
+    Bug(BugMutant),
+    Model(ModelMutant),
+}
+
+impl Mutant {
+    /// Every mutant, seed bugs first (in bug order), then the model mutants.
+    pub fn all() -> Vec<Mutant> {
+        let mut v: Vec<Mutant> = BUGS.iter().map(|b| Mutant::Bug(b.mutant)).collect();
+        v.extend(ModelMutant::ALL.into_iter().map(Mutant::Model));
+        v
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::Bug(b) => b.name(),
+            Mutant::Model(m) => m.name(),
+        }
+    }
+    /// The invariant that must catch it.
+    pub fn invariant(self) -> &'static str {
+        match self {
+            Mutant::Bug(b) => b.info().invariant,
+            Mutant::Model(m) => m.breaks(),
+        }
+    }
+    /// Whether a violation of `id` is this mutant's bug showing. A leaked block
+    /// (leak-on-free) is a ref-0 block outside the free queue as well as a hole in
+    /// the count: KV-FREEQ, checked first, reports it too.
+    pub fn caught_by(self, id: &str) -> bool {
+        id == self.invariant() || (self == Mutant::Model(ModelMutant::LeakOnFree) && id == "KV-FREEQ")
+    }
+
+    /// Whether replaying a plan needs `--mutant` (the bug is in the executor's engine).
+    pub fn in_engine(self) -> bool {
+        match self {
+            Mutant::Bug(b) => b.info().site == Site::Engine,
+            Mutant::Model(_) => true,
+        }
+    }
+    pub fn bug(self) -> Option<BugMutant> {
+        match self {
+            Mutant::Bug(b) => Some(b),
+            Mutant::Model(_) => None,
+        }
+    }
+    pub fn model(self) -> Option<ModelMutant> {
+        match self {
+            Mutant::Model(m) => Some(m),
+            Mutant::Bug(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Mutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mutant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Mutant::all().into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let known: Vec<_> = Mutant::all().iter().map(|m| m.name()).collect();
+            format!("unknown mutant {s:?}; known: {}", known.join(", "))
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! One swarm case: a small, near-capacity variant of a built-in scenario with a
+//! random subset of features and faults switched on (swarm testing: each case
+//! leaves some features out, so rare interactions are not drowned by the rest).
+//!
+//! A case is plain data (`CaseSpec`), drawn from a seeded RNG by `kvsim check` and
+//! from proptest strategies by the property suites; `build` turns it into the
+//! scenario, strategy and sweep options the planner gets.
+
+use rand::Rng;
+use serde::Serialize;
+
+use kvsim_core::fpm::capacity::LayoutNeed;
+use kvsim_core::fpm::gate::Strategy;
+use kvsim_core::fpm::grid::{BlockNeed, BlockNeedQuery};
+use kvsim_core::fpm::scenarios::{validate_scenario, BuiltinScenario};
+use kvsim_core::plan::{FaultSpec, GroupKindName};
+
+/// The knobs of one case. Percentages place faults relative to the length of
+/// the case's fault-free plan (steps) or its nominal duration (timeout).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CaseSpec {
+    /// 0 auto, 1 native, 2 chain, 3 synthetic.
+    pub strategy: u8,
+    pub max_len: u64,
+    pub max_seqs: u32,
+    pub batched_tokens: u64,
+    /// Cap on every group's block size.
+    pub block_size: u64,
+    /// Cap on sliding windows.
+    pub window: u64,
+    /// Usable pool as a percentage of `max_seqs` full-length requests.
+    pub pool_pct: u32,
+    pub repeats: u64,
+    /// A single-group layout gets a second group of the same kind (attention layers
+    /// of two shapes form two cache groups).
+    pub second_group: bool,
+    /// A low giant-KV threshold (most points giant).
+    pub giant: bool,
+    pub async_scheduling: bool,
+    /// Random KDA (layouts with a state group only).
+    pub random_kda: bool,
+    pub dp2: bool,
+    /// Soft timeout at this percentage of the fault-free nominal duration.
+    pub timeout_pct: Option<u32>,
+    /// (step %, by, rank): outputs of that step land late.
+    pub delay_outputs: Option<(u32, u64, u32)>,
+    /// (step %, rank, after): a shadow registration fails locally once `after` more succeeded.
+    pub stage_failure: Option<(u32, u32, u32)>,
+    /// Decode KV samples per batch (`decode_max_kv_read_token_samples`).
+    pub kv_samples: usize,
+    /// Decode batch sizes to capture (bit b = batch b + 1; batch 1 always).
+    pub capture: u8,
+    /// (step % or 0 for a smaller profiled pool, blocks as % of the pool, rank).
+    pub shrink_pool: Option<(u32, u32, u32)>,
+    /// (rank, steps): that rank's messages arrive late.
+    pub message_lag: Option<(u32, u64)>,
+}
+
+fn pick<T: Copy>(rng: &mut impl Rng, xs: &[T]) -> T {
+    xs[rng.gen_range(0..xs.len())]
+}
+
+impl CaseSpec {
+    /// Draw a case: each feature and fault is on with its own probability.
+    pub fn draw(rng: &mut impl Rng) -> CaseSpec {
+        let on = |rng: &mut dyn rand::RngCore, p: f64| rng.gen_bool(p);
+        let rank = |rng: &mut dyn rand::RngCore| rng.gen_range(0..2u32);
+        CaseSpec {
+            // Chains (the planner with the most moving parts) are drawn most often.
+            strategy: pick(rng, &[0, 0, 1, 2, 2, 2, 3]),
+            max_len: pick(rng, &[24, 32, 48, 64, 96, 128]),
+            max_seqs: rng.gen_range(2..=8),
+            batched_tokens: pick(rng, &[8, 16, 32, 64, 512]),
+            block_size: pick(rng, &[4, 8, 16]),
+            window: pick(rng, &[4, 8, 16, 32]),
+            pool_pct: rng.gen_range(15..=130),
+            repeats: rng.gen_range(1..=6),
+            second_group: on(rng, 0.4),
+            giant: on(rng, 0.3),
+            async_scheduling: on(rng, 0.5),
+            random_kda: on(rng, 0.4),
+            dp2: on(rng, 0.3),
+            timeout_pct: on(rng, 0.35).then(|| rng.gen_range(1..100)),
+            delay_outputs: on(rng, 0.35).then(|| (rng.gen_range(0..100), rng.gen_range(1..=4), rank(rng))),
+            stage_failure: on(rng, 0.3).then(|| (rng.gen_range(0..70), rank(rng), rng.gen_range(0..4))),
+            capture: rng.gen(),
+            kv_samples: rng.gen_range(2..=8),
+            shrink_pool: on(rng, 0.3).then(|| {
+                let at = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..100) };
+                (at, rng.gen_range(1..25), rank(rng))
+            }),
+            message_lag: on(rng, 0.2).then(|| (rank(rng), rng.gen_range(1..=2))),
+        }
+    }
+
+    pub fn strategy(&self) -> Option<Strategy> {
+        match self.strategy {
+            1 => Some(Strategy::Native),
+            2 => Some(Strategy::Chain),
+            3 => Some(Strategy::Synthetic),
+            _ => None,
+        }
+    }
+}
+
+/// The case's scenario: `base` scaled down to the case's knobs, or why the draw
+/// gives no valid scenario.
+pub fn build_scenario(base: &BuiltinScenario, c: &CaseSpec) -> Result<BuiltinScenario, String> {
+    let mut s = base.clone();
+    let has_state = s.scenario.model.groups.iter().any(|g| g.kind == GroupKindName::Mamba);
+    for g in &mut s.scenario.model.groups {
+        g.block_size = g.block_size.min(c.block_size);
+        if let Some(w) = g.sliding_window.as_mut() {
+            *w = (*w).min(c.window);
+        }
+    }
+    if c.second_group && s.scenario.model.groups.len() == 1 {
+        let mut g = s.scenario.model.groups[0].clone();
+        g.head_dim = (g.head_dim / 2).max(1);
+        g.layers = (g.layers / 4).max(1);
+        s.scenario.model.groups.push(g);
+    }
+    let sch = &mut s.scenario.scheduler;
+    sch.max_model_len = c.max_len;
+    sch.max_num_seqs = c.max_seqs;
+    sch.max_num_batched_tokens = c.batched_tokens;
+    sch.async_scheduling = c.async_scheduling;
+    if c.dp2 {
+        s.scenario.dp_ranks = 2;
+    }
+    s.bench.decode_capture_sizes = (1..=8u64)
+        .filter(|&b| b == 1 || c.capture & (1 << (b - 1)) != 0)
+        .filter(|&b| b <= u64::from(c.max_seqs))
+        .collect();
+    s.bench.samples.decode_max_batch_size_samples = 3;
+    s.bench.samples.decode_max_kv_read_token_samples = c.kv_samples;
+    s.bench.giant_kv_repeats = c.repeats;
+    s.bench.giant_kv_threshold = if c.giant { 2 * c.max_len } else { 1_000_000 };
+    s.bench.random_kda = c.random_kda && has_state;
+    let need = LayoutNeed::new(s.scenario.kv_config());
+    let per_req = need.blocks_per_req(BlockNeedQuery {
+        num_tokens: c.max_len,
+        has_cache_hit: false,
+        apply_admission_cap: true,
+    });
+    let full = per_req * u64::from(c.max_seqs);
+    let usable = (full * u64::from(c.pool_pct) / 100).max(per_req + 2);
+    s.scenario.pool_blocks = u32::try_from(usable + 1).map_err(|_| "pool too large".to_string())?;
+    s.name = format!("{}~", base.name);
+    validate_scenario(&s)?;
+    Ok(s)
+}
+
+/// The case's faults and soft timeout, placed on a fault-free plan of `steps`
+/// steps and `duration_ns` nominal time.
+pub fn build_faults(c: &CaseSpec, dp_ranks: u32, steps: u64, duration_ns: u64) -> (Vec<FaultSpec>, Option<f64>) {
+    let at = |pct: u32| steps * u64::from(pct) / 100;
+    let rank = |r: u32| r % dp_ranks.max(1);
+    let mut faults = Vec::new();
+    if let Some((pct, by, r)) = c.delay_outputs {
+        faults.push(FaultSpec::DelayOutputs {
+            step: at(pct),
+            rank: rank(r),
+            by,
+        });
+    }
+    if let Some((pct, r, after)) = c.stage_failure {
+        faults.push(FaultSpec::StageFailure {
+            step: at(pct),
+            rank: rank(r),
+            after,
+        });
+    }
+    if let Some((pct, _, r)) = c.shrink_pool {
+        faults.push(FaultSpec::ShrinkPool {
+            step: at(pct),
+            rank: rank(r),
+            blocks: 0,
+        });
+    }
+    if let (Some((r, lag)), true) = (c.message_lag, dp_ranks > 1) {
+        faults.push(FaultSpec::MessageLag {
+            rank: rank(r),
+            steps: lag,
+        });
+    }
+    let timeout = c
+        .timeout_pct
+        .map(|pct| (duration_ns as f64 * f64::from(pct) / 100.0).floor() / 1e9);
+    (faults, timeout)
+}
