@@ -14,8 +14,9 @@ fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
 }
 
 /// Native exact-context warm-up: prefill each request's `ctx − 1` prompt through
-/// the normal scheduler, chunked by the token budget (chunks end on block
-/// boundaries so align-mode state groups split as vLLM's scheduler does).
+/// the normal scheduler, chunked by the token budget (with an align-mode state
+/// group chunks end on block boundaries, as vLLM's scheduler splits them; without
+/// one a chunk takes whatever budget is left).
 /// Returns the untimed prefill tokens, or, when the soft deadline passed
 /// mid-prefill, the slots never scheduled (the caller sheds the stage, §1.12;
 /// §8.2 bug 5; the mutant of bug 5 keeps prefilling).
@@ -28,7 +29,17 @@ pub(super) fn native_prefill(
 ) -> Result<u64, Vec<usize>> {
     let ignore_deadline = p.bug(crate::bugs::BugMutant::StageBuildIgnoresDeadline);
     let budget = p.s.scenario.scheduler.max_num_batched_tokens;
-    let block = p.s.scenario.kv_config().scheduler_block_size();
+    let kv = p.s.scenario.kv_config();
+    let block = kv.scheduler_block_size();
+    // Only align-mode state groups make vLLM's scheduler cut chunks on block edges.
+    let align = kv.groups.iter().any(|g| {
+        matches!(
+            g.kind,
+            crate::kv::GroupKind::Mamba {
+                mamba_cache_mode: crate::kv::MambaMode::Align
+            }
+        )
+    });
     let mut done = vec![0u64; injected.len()];
     let mut first = true;
     while done.iter().zip(injected).any(|(d, l)| d < l) {
@@ -42,7 +53,7 @@ pub(super) fn native_prefill(
                 continue;
             }
             let mut n = (len - d).min(left);
-            if d + n < len {
+            if align && d + n < len {
                 n = n / block * block;
                 if n == 0 {
                     break;
