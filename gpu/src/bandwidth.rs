@@ -249,6 +249,7 @@ pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<Ba
                     reset_pools: false,
                     split_tokens: split,
                     keep_outputs: split.is_none(),
+                    ..ExecOptions::default()
                 };
                 let r = exec.bench_decode(&decode, warmup, iters, &opts)?;
                 let plan = r.splits[0];
