@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod conformance;
+pub mod cost;
 pub mod exec;
 pub mod fuzz;
 pub mod output;

@@ -2,9 +2,12 @@
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
 mod bench_cmd;
+mod calibrate_cmd;
+mod compare_cmd;
 mod conformance_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
+mod predict_cmd;
 mod replay_cmd;
 mod replay_gpu;
 mod schema_cmd;
@@ -45,6 +48,12 @@ pub enum Command {
     Scenarios,
     /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
     BenchTraces(bench_cmd::BenchArgs),
+    /// Predict a plan's device times on the GPU backend with the cost model (docs/timing.md).
+    Predict(predict_cmd::PredictArgs),
+    /// Fit the cost model's profile to GPU results; write the profile.
+    Calibrate(calibrate_cmd::CalibrateArgs),
+    /// Compare predictions with GPU results: MAPE, worst points, first divergence, SVG plot.
+    Compare(compare_cmd::CompareArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -93,5 +102,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Sweep(a) => sweep_cmd::run(a),
         Command::Scenarios => sweep_cmd::run_scenarios(),
         Command::BenchTraces(a) => bench_cmd::run(a),
+        Command::Predict(a) => predict_cmd::run(a),
+        Command::Calibrate(a) => calibrate_cmd::run(a),
+        Command::Compare(a) => compare_cmd::run(a),
     }
 }

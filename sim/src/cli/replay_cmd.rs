@@ -12,6 +12,24 @@ use crate::exec::{perfetto_json, run_plan, Outcome};
 use crate::output::write_atomic;
 use crate::sweep::{artifacts_for, rank_path};
 
+/// What synthetic ("fake") KV holds on the GPU.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SyntheticKvArg {
+    /// As if prefilled from the request's own tokens (the default).
+    Tokens,
+    /// Zeros, as a benchmark's synthetic injection leaves them.
+    Zero,
+}
+
+/// What the GPU's MoE layer routes on.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MoeInputArg {
+    /// Token ids (the default): routing ignores K/V content.
+    Token,
+    /// The attention output (hidden state): routing follows K/V content.
+    Hidden,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
     Sim,
@@ -39,6 +57,48 @@ pub struct ReplayArgs {
     /// byte-identical to what `kvsim sweep` wrote.
     #[arg(long)]
     pub artifact_out: Option<PathBuf>,
+    /// GPU: what synthetic KV (`fake_compute`) holds on the device.
+    #[arg(long, value_enum)]
+    pub synthetic_kv: Option<SyntheticKvArg>,
+    /// GPU: what the MoE layer routes on.
+    #[arg(long, value_enum)]
+    pub moe_input: Option<MoeInputArg>,
+    /// GPU: untimed runs of the whole program before the timed ones.
+    #[arg(long)]
+    pub warmup: Option<u32>,
+    /// GPU: timed runs; every reported time is the median over them.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// GPU: also time every launching op (its own events; costs host time per op).
+    #[arg(long)]
+    pub time_ops: bool,
+}
+
+impl ReplayArgs {
+    /// The GPU replay options these flags give.
+    pub fn gpu_options(&self) -> super::replay_gpu::GpuReplayOptions {
+        let mut o = super::replay_gpu::GpuReplayOptions::default();
+        o.lowering.synthetic_kv = match self.synthetic_kv {
+            Some(SyntheticKvArg::Zero) => kvsim_gpu::SyntheticKv::Zero,
+            _ => kvsim_gpu::SyntheticKv::Tokens,
+        };
+        o.lowering.moe_input = match self.moe_input {
+            Some(MoeInputArg::Hidden) => kvsim_gpu::MoeInput::Hidden,
+            _ => kvsim_gpu::MoeInput::Token,
+        };
+        o.warmup = self.warmup.unwrap_or(0);
+        o.repeat = self.repeat.unwrap_or(1);
+        o.time_ops = self.time_ops;
+        o
+    }
+
+    fn gpu_flags_given(&self) -> bool {
+        self.synthetic_kv.is_some()
+            || self.moe_input.is_some()
+            || self.warmup.is_some()
+            || self.repeat.is_some()
+            || self.time_ops
+    }
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -49,12 +109,17 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let text = read_file(&a.plan)?;
     let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
     let report = match a.backend {
+        Backend::Sim if a.gpu_flags_given() => {
+            return Err(CliError::Input(
+                "--synthetic-kv, --moe-input, --warmup, --repeat and --time-ops are for the gpu backend".into(),
+            ))
+        }
         Backend::Sim => run_plan(&plan),
         Backend::Gpu => {
             if a.trace.is_some() || a.perfetto.is_some() {
                 return Err(CliError::Input("--trace and --perfetto are for the sim backend".into()));
             }
-            return super::replay_gpu::run(&plan, &a.out);
+            return super::replay_gpu::run(&plan, &a.out, &a.gpu_options());
         }
     };
     let mut result = serde_json::to_string_pretty(&report.to_json()).expect("results serialize");
