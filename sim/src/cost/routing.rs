@@ -128,13 +128,15 @@ pub fn expected_routing(tokens: u64, top_k: u32, experts: u32) -> Routing {
     Routing {
         pairs: tokens * u64::from(top_k.min(experts)),
         active,
-        max_load: expected_max_binomial(tokens, p, experts),
+        max_load: expected_max_binomial(tokens, p, experts, tokens * u64::from(top_k.min(experts))),
         source: "expected".into(),
     }
 }
 
-/// E[max of `n` independent Binomial(`trials`, `p`)] = sum over m >= 1 of P(max >= m).
-fn expected_max_binomial(trials: u64, p: f64, n: u32) -> f64 {
+/// E[max of `n` independent Binomial(`trials`, `p`)] = sum over m >= 1 of P(max >= m), with
+/// P(max >= m) = 1 where `pairs` balls in `n` bins force it (pigeonhole).
+fn expected_max_binomial(trials: u64, p: f64, n: u32, pairs: u64) -> f64 {
+    let forced = pairs.div_ceil(u64::from(n.max(1)));
     if trials == 0 || p <= 0.0 {
         return 0.0;
     }
@@ -147,7 +149,11 @@ fn expected_max_binomial(trials: u64, p: f64, n: u32) -> f64 {
     let mut sum = 0.0;
     for m in 1..=trials {
         // P(max >= m) = 1 - P(X <= m - 1)^n
-        let tail = 1.0 - cdf.min(1.0).powi(n as i32);
+        let tail = if m <= forced {
+            1.0
+        } else {
+            1.0 - cdf.min(1.0).powi(n as i32)
+        };
         if tail < 1e-12 {
             break;
         }
