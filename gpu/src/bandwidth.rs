@@ -225,6 +225,7 @@ pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<Ba
             }
             let options = ExecutorOptions {
                 attn_defines: defines.to_string(),
+                ..ExecutorOptions::default()
             };
             let mut exec = GpuExecutor::with_options(shape.layout(), &options)?;
             for k in exec.kernel_resources()?.iter().filter(|k| k.name.starts_with("attn_")) {

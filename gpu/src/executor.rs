@@ -42,6 +42,9 @@ pub struct ExecOptions {
     /// Synchronise the stream before a window opens and after it closes, so a window starts
     /// on an idle device and [`PointTiming::wall_ns`] is its wall time (a benchmark's view).
     pub sync_windows: bool,
+    /// Keep every SM busy this long right before the timed run, so that clocks that dropped
+    /// while the host prepared the run are back up at step 0.
+    pub warm_up_ms: u32,
 }
 
 impl Default for ExecOptions {
@@ -53,6 +56,7 @@ impl Default for ExecOptions {
             split_tokens: None,
             time_ops: false,
             sync_windows: true,
+            warm_up_ms: 0,
         }
     }
 }
@@ -230,11 +234,14 @@ struct MoeDevice {
     w2: CudaSlice<u16>,
 }
 
-/// How an executor builds its kernels.
+/// How an executor builds its kernels and waits for the device.
 #[derive(Clone, Debug, Default)]
 pub struct ExecutorOptions {
     /// Extra `#define` lines for the decode modules (tuning variants, e.g. `#define KV_L2_256`).
     pub attn_defines: String,
+    /// Spin while synchronising (`CU_CTX_SCHED_SPIN`) instead of the driver's automatic
+    /// choice, so the issuing thread stays hot across the long waits before timed windows.
+    pub spin_wait: bool,
 }
 
 /// Runs programs over one layout on device 0.
@@ -446,6 +453,10 @@ impl GpuExecutor {
             return Err(GpuError::InvalidLayout(problems));
         }
         let (ctx, info) = open_device()?;
+        if options.spin_wait {
+            // The context is current on this thread (CudaContext::new binds it).
+            cudarc::driver::result::ctx::set_flags(cudarc::driver::sys::CUctx_flags::CU_CTX_SCHED_SPIN)?;
+        }
         // One stream, ordered by construction: cudarc's per-buffer event tracking is not needed.
         // SAFETY: every buffer below is used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
@@ -627,6 +638,17 @@ impl GpuExecutor {
         let verify = self.new_records(records.len())?;
         if opts.reset_pools {
             self.reset_pools()?;
+        }
+        if opts.warm_up_ms > 0 {
+            let ns = u64::from(opts.warm_up_ms) * 1_000_000;
+            // SAFETY: spin(u64) reads nothing and writes nothing.
+            unsafe {
+                self.stream.launch_builder(&self.common["spin"]).arg(&ns).launch(cfg(
+                    (4 * self.info.sm_count, 1, 1),
+                    128,
+                    0,
+                ))
+            }?;
         }
         self.stream.synchronize()?;
 
@@ -1055,6 +1077,9 @@ impl GpuExecutor {
             .hidden
             .iter()
             .map(|&s| {
+                if s == crate::program::HIDDEN_NONE {
+                    return crate::program::HIDDEN_NONE;
+                }
                 let req = d.seqs[s as usize].req;
                 let j = l.reqs.iter().position(|&r| r == req).unwrap_or(0);
                 ((j * layers + layers - 1) * row) as u32

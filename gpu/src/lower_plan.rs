@@ -480,7 +480,13 @@ impl Lowerer<'_> {
                     blocks: table.iter().map(|&b| BlockId(b)).collect(),
                 });
             }
-            let row = (!tables.is_empty()).then_some(seqs.len() as u32);
+            // A decode token routes on its request's attention output; prefill tokens (whose
+            // own hidden states the decode does not compute) on their ids.
+            let row = match (tables.is_empty(), end - c) {
+                (true, _) => None,
+                (false, 1) => Some(seqs.len() as u32),
+                (false, _) => Some(crate::program::HIDDEN_NONE),
+            };
             moe_rows.extend(std::iter::repeat_n(row, (end - c) as usize));
             if !tables.is_empty() {
                 let mut tokens = en.tokens[..=c as usize].to_vec();

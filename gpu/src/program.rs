@@ -110,7 +110,9 @@ pub struct BlockCopy {
 ///
 /// With `hidden` empty the router's input is an embedding of the token id (routing depends on
 /// the token ids only). Otherwise `hidden[i]` names the request (index into `seqs` of the
-/// step's latest `DecodeAttention`) whose attention output feeds token `i`: the router's input
+/// step's latest `DecodeAttention`) whose attention output feeds token `i`, or is
+/// [`HIDDEN_NONE`] for a token routed on its id (a prefill token, whose own hidden state the
+/// decode does not compute): the router's input
 /// is that request's last-layer attention output over its first group plus a small bias shared
 /// by every token ([`MOE_HIDDEN_BIAS`]), so routing depends on the K/V the attention read, as a
 /// model's hidden state does; all-zero K/V collapses it onto the experts the bias picks.
@@ -120,6 +122,9 @@ pub struct MoeOp {
     pub top_k: u32,
     pub hidden: Vec<u32>,
 }
+
+/// A `MoeOp::hidden` entry for a token routed on its id.
+pub const HIDDEN_NONE: u32 = u32::MAX;
 
 /// Scale of the shared bias added to the attention output a hidden-state MoE routes on
 /// (elements of the bias are in [-1, 1)). Real attention outputs over `n` positions are about
@@ -171,7 +176,7 @@ impl GpuProgram {
                         match decode_seqs {
                             None => out.push(format!("{at}: hidden-state MoE without a decode before it in its step")),
                             Some(n) => {
-                                if let Some(i) = m.hidden.iter().find(|&&i| i as usize >= n) {
+                                if let Some(i) = m.hidden.iter().find(|&&i| i != HIDDEN_NONE && i as usize >= n) {
                                     out.push(format!("{at}: hidden row {i} but the decode has {n} requests"));
                                 }
                             }

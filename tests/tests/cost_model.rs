@@ -144,13 +144,13 @@ fn nnls_recovers_known_coefficients_of_linear_data() {
     }
 }
 
-/// "True" parameters: the defaults, each scaled by a fixed factor in 0.5..2.
+/// "True" parameters: the defaults, each scaled by a fixed factor in 0.5..2.3.
 fn true_params() -> Params {
     let v: Vec<f64> = Params::h200()
         .to_vec()
         .iter()
         .enumerate()
-        .map(|(i, x)| x * (0.5 + ((i * 7) % 10) as f64 * 0.15))
+        .map(|(i, x)| x * (0.5 + ((i * 7) % 10) as f64 * 0.2))
         .collect();
     Params::from_vec(&v)
 }
@@ -185,7 +185,7 @@ fn calibration_recovers_known_parameters_from_synthetic_measurements() {
     let report = calibrate(&samples, &start, 1e-4, 80);
     let after = rows(&samples, &report.params);
     let m = mape(&after, None).unwrap();
-    assert!(before > 10.0, "the start is far off: {before}");
+    assert!(before > 3.0, "the start is off: {before}");
     assert!(m < 0.5, "MAPE after fitting {m}% (before {before}%)");
     assert!(mape(&after, Some(RowKind::Window)).unwrap() < 0.5);
     // The parameters that dominate these steps come back.

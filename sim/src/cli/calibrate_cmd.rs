@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{read_file, say, CliError};
 use crate::cost::fit::{calibrate, fit_host_work, mape, rows, RowKind, Sample};
 use crate::cost::load_profile;
-use crate::cost::results::read_gpu_results;
+use crate::cost::results::read_gpu_results_with;
 use crate::output::write_atomic;
 
 #[derive(Args, Debug)]
@@ -34,6 +34,10 @@ pub struct CalibrateArgs {
     /// Most fitting iterations (each re-simulates every run).
     #[arg(long, default_value_t = 60)]
     pub iterations: usize,
+    /// Plans of the results (repeatable): results of a matching plan are described anew with
+    /// this kvsim's model (needed for results made by an older description version).
+    #[arg(long)]
+    pub plan: Vec<PathBuf>,
 }
 
 pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
@@ -41,13 +45,14 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Input(format!("--prior {} must be finite and >= 0", a.prior)));
     }
     let mut profile = load_profile(&a.start).map_err(CliError::Input)?;
+    let plans = super::load_plans(&a.plan)?;
     let mut samples: Vec<Sample> = Vec::new();
     let mut fitted_on = Vec::new();
     let mut sm_count: Option<u32> = None;
     let mut resident: BTreeMap<String, u64> = BTreeMap::new();
     for path in &a.results {
         let name = path.display().to_string();
-        let r = read_gpu_results(&name, &read_file(path)?).map_err(CliError::Input)?;
+        let r = read_gpu_results_with(&name, &read_file(path)?, &plans).map_err(CliError::Input)?;
         if sm_count.is_some_and(|n| n != r.cost.sm_count) {
             return Err(CliError::Input(format!(
                 "{name}: {} SMs, but an earlier file was measured on {} (one device per profile)",

@@ -9,8 +9,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::{read_file, say, CliError};
-use crate::cost::compare::{check_pair, compare_pair, mape_points, worst, PairCmp};
-use crate::cost::results::{read_gpu_results, read_prediction};
+use crate::cost::compare::{check_pair, compare_pair, mape_points, mape_retained, worst, PairCmp};
+use crate::cost::results::{read_gpu_results_with, read_prediction};
 use crate::cost::svg::plot;
 use crate::output::write_atomic;
 
@@ -34,6 +34,10 @@ pub struct CompareArgs {
     /// The plot's title.
     #[arg(long, default_value = "kvsim cost model vs GPU")]
     pub title: String,
+    /// Plans of the GPU results (repeatable): results of a matching plan are described anew
+    /// with this kvsim's model (needed for results made by an older description version).
+    #[arg(long)]
+    pub plan: Vec<PathBuf>,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -53,11 +57,12 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
             a.tolerance
         )));
     }
+    let plans = super::load_plans(&a.plan)?;
     let mut pairs: Vec<PairCmp> = Vec::new();
     for (i, pair) in a.files.chunks(2).enumerate() {
         let (sp, gp) = (pair[0].display().to_string(), pair[1].display().to_string());
         let pred = read_prediction(&sp, &read_file(&pair[0])?).map_err(CliError::Input)?;
-        let gpu = read_gpu_results(&gp, &read_file(&pair[1])?).map_err(CliError::Input)?;
+        let gpu = read_gpu_results_with(&gp, &read_file(&pair[1])?, &plans).map_err(CliError::Input)?;
         check_pair(&pred, &gpu).map_err(|e| CliError::Input(format!("{sp} vs {gp}: {e}")))?;
         let label = if pred.scenario.is_empty() {
             format!("pair {i}")
@@ -75,21 +80,24 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
     let points: Vec<_> = pairs.iter().flat_map(|p| p.points.clone()).collect();
     let all = mape_points(&points, |_| true);
     let decode = mape_points(&points, |p| p.decode_only);
+    let retained = mape_retained(&points, |p| p.decode_only);
     let fmt = |m: Option<f64>| m.map_or("-".to_string(), |v| format!("{v:.2}%"));
     say(format_args!(
-        "{} points: MAPE {} (decode points: {}, {} of them)",
+        "{} points: window MAPE {} (decode points: {}, {} of them); retained-sample MAPE of decode points {}",
         points.len(),
         fmt(all),
         fmt(decode),
-        points.iter().filter(|p| p.decode_only).count()
+        points.iter().filter(|p| p.decode_only).count(),
+        fmt(retained)
     ))?;
     for p in &pairs {
         say(format_args!(
-            "  {}: {} points, MAPE {} (decode {}); {} steps, step MAPE {}",
+            "  {}: {} points, window MAPE {} (decode {}), retained {}; {} steps, step MAPE {}",
             p.label,
             p.points.len(),
             fmt(mape_points(&p.points, |_| true)),
             fmt(mape_points(&p.points, |q| q.decode_only)),
+            fmt(mape_retained(&p.points, |q| q.decode_only)),
             p.steps_compared,
             fmt(p.mape_steps)
         ))?;
@@ -114,6 +122,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
             "tolerance_pct": a.tolerance,
             "mape_points_pct": all,
             "mape_decode_points_pct": decode,
+            "mape_retained_decode_points_pct": retained,
             "pairs": pairs,
             "worst": worst(&points, 5),
         });

@@ -90,6 +90,18 @@ pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))
 }
 
+/// Loads plans given with `--plan` as (plan hash, plan).
+pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_core::plan::Plan)>, CliError> {
+    paths
+        .iter()
+        .map(|p| {
+            let plan = kvsim_core::plan::load_plan(&read_file(p)?)
+                .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
+            Ok((crate::exec::plan_hash(&plan), plan))
+        })
+        .collect()
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Trace(a) => trace_cmd::run(a),

@@ -33,6 +33,9 @@ pub struct PredictArgs {
     /// Predict a run with per-op timing (`--time-ops`), whose events cost host time.
     #[arg(long)]
     pub time_ops: bool,
+    /// Also write what the model costs per step: every op's description and predicted time.
+    #[arg(long)]
+    pub describe: bool,
 }
 
 /// The run options of a prediction from the shared GPU flags.
@@ -56,8 +59,12 @@ pub fn run(a: PredictArgs) -> Result<ExitCode, CliError> {
     let profile = load_profile(&a.profile).map_err(CliError::Input)?;
     let opts = run_options(a.synthetic_kv, a.moe_input, a.time_ops);
     let hash = plan_hash(&plan);
-    let v =
+    let mut v =
         predict(&plan, &hash, &profile, &opts).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    if a.describe {
+        v["cost"] = crate::cost::describe_json(&plan, &profile, &opts)
+            .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    }
     let mut out = serde_json::to_string_pretty(&v).expect("predictions serialize");
     out.push('\n');
     write_atomic(&a.out, out.as_bytes())

@@ -68,6 +68,9 @@ impl DescSource for DeviceSource<'_> {
     }
 }
 
+/// Every SM spins this long before each timed run, so clocks are up at step 0.
+const WARM_UP_MS: u32 = 30;
+
 /// Bytes of the device-to-device copy that gives the reference bandwidth.
 const COPY_BYTES: usize = 512 << 20;
 
@@ -164,10 +167,15 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
     let hash = plan_hash(plan);
     let lowered = lower_plan(plan, &ro.lowering).map_err(|e| CliError::Input(e.to_string()))?;
     let sim = run_plan(plan);
-    let mut exec = GpuExecutor::new(lowered.program.layout.clone()).map_err(gpu_err)?;
+    let exec_options = kvsim_gpu::executor::ExecutorOptions {
+        spin_wait: true,
+        ..Default::default()
+    };
+    let mut exec = GpuExecutor::with_options(lowered.program.layout.clone(), &exec_options).map_err(gpu_err)?;
     let opts = kvsim_gpu::ExecOptions {
         seed: plan.scenario.seed,
         time_ops: ro.time_ops,
+        warm_up_ms: WARM_UP_MS,
         ..kvsim_gpu::ExecOptions::default()
     };
     for _ in 0..ro.warmup {
@@ -259,6 +267,8 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
     let mut run_info = run_json(&run_opts);
     run_info["warmup"] = json!(ro.warmup);
     run_info["repeat"] = json!(ro.repeat);
+    run_info["spin_wait"] = json!(exec_options.spin_wait);
+    run_info["warm_up_ms"] = json!(WARM_UP_MS);
     let decode_only = kvsim_gpu::lower_plan::decode_only_steps(&lowered.program);
     let (mut total_bytes, mut decode_ms, mut decode_steps) = (0u64, 0f32, 0usize);
     for t in &report.steps {

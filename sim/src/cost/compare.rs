@@ -18,6 +18,11 @@ pub struct PointCmp {
     pub measured_us: f64,
     /// (predicted - measured) / measured, in percent.
     pub error_pct: f64,
+    /// The point's retained sample (its last timed step, timed by the device as a step):
+    /// predicted and measured device time, and the error in percent.
+    pub retained_predicted_us: Option<f64>,
+    pub retained_measured_us: Option<f64>,
+    pub retained_error_pct: Option<f64>,
 }
 
 /// The first step (in program order) whose prediction misses by more than the tolerance.
@@ -79,7 +84,18 @@ pub fn compare_pair(label: &str, pred: &Prediction, gpu: &GpuResults, tolerance_
     let mut points = Vec::new();
     for m in &gpu.points {
         if let Some(p) = pred.points.iter().find(|p| p.point == m.point) {
+            let retained_measured_us = p
+                .retained_step
+                .and_then(|s| gpu.steps.iter().find(|x| x.step == s))
+                .map(|x| x.device_us);
+            let retained_error_pct = match (p.retained_device_us, retained_measured_us) {
+                (Some(a), Some(b)) => Some(pct(a, b)),
+                _ => None,
+            };
             points.push(PointCmp {
+                retained_predicted_us: p.retained_device_us,
+                retained_measured_us,
+                retained_error_pct,
                 label: label.to_string(),
                 point: m.point,
                 batch: p.batch,
@@ -143,4 +159,14 @@ pub fn worst(points: &[PointCmp], n: usize) -> Vec<PointCmp> {
     });
     v.truncate(n);
     v
+}
+
+/// Mean absolute percentage error of the points' retained samples (those `keep` selects).
+pub fn mape_retained(points: &[PointCmp], keep: impl Fn(&PointCmp) -> bool) -> Option<f64> {
+    let errs: Vec<f64> = points
+        .iter()
+        .filter(|p| keep(p))
+        .filter_map(|p| p.retained_error_pct.map(f64::abs))
+        .collect();
+    mean(&errs)
 }

@@ -22,7 +22,11 @@ use serde::{Deserialize, Serialize};
 use super::routing::Routing;
 
 /// The description format version (bumped when a field's meaning changes).
-pub const DESC_VERSION: u32 = 1;
+pub const DESC_VERSION: u32 = 2;
+
+/// Cache that expert weights of one MoE op can stay in for the next (the H200's L2 is 60 MiB;
+/// K/V streams through it between MoE ops).
+pub const L2_BYTES: f64 = 40.0 * 1024.0 * 1024.0;
 
 /// Decode kernel families (each has its own rates in the profile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -250,6 +254,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
         plan_ops.insert((st.step, st.rank), &st.ops);
     }
     let mut out = Vec::with_capacity(lowered.program.steps.len());
+    let mut prev_routing: Option<Routing> = None;
     for (si, step) in lowered.program.steps.iter().enumerate() {
         let mut ops: Vec<OpDesc> = Vec::with_capacity(step.ops.len());
         let (mut batch, mut new_tokens, mut ctx_tokens, mut kv_bytes) = (0u64, 0u64, 0u64, 0u64);
@@ -335,6 +340,10 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                     if first_group_written.is_none() {
                         new_tokens += m.tokens.len() as u64;
                     }
+                    let mut routing = src.routing(si, oi, m, layout);
+                    let expert_bytes = 4.0 * f64::from(moe.hidden) * f64::from(moe.ffn);
+                    routing.set_fresh(prev_routing.as_ref(), moe.experts, expert_bytes, L2_BYTES);
+                    prev_routing = Some(routing.clone());
                     OpDesc::Moe {
                         tokens: m.tokens.len() as u64,
                         top_k: m.top_k,
@@ -342,7 +351,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                         hidden: moe.hidden,
                         ffn: moe.ffn,
                         hidden_state: !m.hidden.is_empty(),
-                        routing: src.routing(si, oi, m, layout),
+                        routing,
                     }
                 }
                 GpuOp::BeginTimed { point } => OpDesc::BeginTimed {

@@ -6,10 +6,13 @@
 //! waited for the host, which roofline term was larger). One iteration solves the non-negative
 //! least-squares problem of those linearisations, with rows divided by the measured time so
 //! that relative errors count; the next iteration re-simulates with the new parameters (the
-//! paths may change) and keeps the step only if the true loss went down (else halves it). A
+//! paths may change) and keeps the step only if the true loss went down (else retries with
+//! Levenberg-Marquardt damping towards the current values). A
 //! weak prior row per parameter (`prior` x relative distance to the starting profile) keeps
 //! parameters no measurement exercises (say, the MLA kernel's rates when no plan has MLA) at
 //! their starting values instead of zero.
+
+use std::collections::BTreeMap;
 
 use super::desc::{OpDesc, StepDesc};
 use super::model::{simulate, Lin, RunShape};
@@ -143,6 +146,8 @@ pub struct Row {
     pub at: (usize, usize),
     pub measured_ns: f64,
     pub lin: Lin,
+    /// For op rows: what the op launched (`decode`, `moe`, ...); weights balance these.
+    pub op_kind: &'static str,
 }
 
 /// Rows of every sample under `params`.
@@ -158,6 +163,7 @@ pub fn rows(samples: &[Sample], params: &Params) -> Vec<Row> {
                     at: (i, 0),
                     measured_ns: *m,
                     lin: lin.clone(),
+                    op_kind: "",
                 });
             }
         }
@@ -169,6 +175,7 @@ pub fn rows(samples: &[Sample], params: &Params) -> Vec<Row> {
                     at: (*point as usize, 0),
                     measured_ns: *m,
                     lin: w.device.clone(),
+                    op_kind: "",
                 });
             }
         }
@@ -180,6 +187,12 @@ pub fn rows(samples: &[Sample], params: &Params) -> Vec<Row> {
                     at: (*step, *op),
                     measured_ns: *m,
                     lin: o.device.clone(),
+                    op_kind: s
+                        .steps
+                        .get(*step)
+                        .and_then(|st| st.ops.get(*op))
+                        .and_then(|d| d.timing_kind())
+                        .unwrap_or(""),
                 });
             }
         }
@@ -201,10 +214,31 @@ pub fn mape(rows: &[Row], kind: Option<RowKind>) -> Option<f64> {
     })
 }
 
+/// Row weights: every kind of measurement (steps, windows, ops) weighs the same in all, and
+/// within ops every kind of op (decode, MoE, writes, zeroing, ...) weighs the same, so the
+/// thousands of small per-op rows do not drown the steps, the windows and the big kernels.
+fn weights(rows: &[Row]) -> Vec<f64> {
+    let mut cells: BTreeMap<(RowKind, &str), usize> = BTreeMap::new();
+    for r in rows {
+        *cells.entry((r.kind, r.op_kind)).or_default() += 1;
+    }
+    let kinds = |k: RowKind| cells.keys().filter(|c| c.0 == k).count().max(1) as f64;
+    let present = [RowKind::Step, RowKind::Window, RowKind::Op]
+        .iter()
+        .filter(|&&k| cells.keys().any(|c| c.0 == k))
+        .count()
+        .max(1) as f64;
+    let n = rows.len() as f64;
+    rows.iter()
+        .map(|r| n / present / kinds(r.kind) / cells[&(r.kind, r.op_kind)] as f64)
+        .collect()
+}
+
 fn loss(rows: &[Row], p: &[f64], start: &[f64], prior: f64) -> f64 {
     let data: f64 = rows
         .iter()
-        .map(|r| ((r.lin.eval(p) - r.measured_ns) / r.measured_ns).powi(2))
+        .zip(weights(rows))
+        .map(|(r, w)| w * ((r.lin.eval(p) - r.measured_ns) / r.measured_ns).powi(2))
         .sum();
     let reg: f64 = p
         .iter()
@@ -226,27 +260,56 @@ pub struct FitReport {
     pub after: Vec<(String, f64)>,
 }
 
-/// Fits parameters to the samples' measurements, starting from `start`.
+/// Fits parameters to the samples' measurements, starting from `start`: first to the per-op
+/// times alone (when there are any: each kernel's own cost, with little host interplay), then
+/// to everything.
 pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations: usize) -> FitReport {
+    let has_ops = rows(samples, start).iter().any(|r| r.kind == RowKind::Op);
+    let first = if has_ops {
+        calibrate_rows(samples, start, start, prior, max_iterations, Some(RowKind::Op)).params
+    } else {
+        start.clone()
+    };
+    let mut report = calibrate_rows(samples, &first, start, prior, max_iterations, None);
+    report.before = summary(&rows(samples, start));
+    report
+}
+
+fn summary(rs: &[Row]) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    for (name, k) in [
+        ("steps", Some(RowKind::Step)),
+        ("windows", Some(RowKind::Window)),
+        ("ops", Some(RowKind::Op)),
+        ("all", None),
+    ] {
+        if let Some(m) = mape(rs, k) {
+            v.push((name.to_string(), m));
+        }
+    }
+    v
+}
+
+/// One fitting run from `from`, with the prior around `start`, on the rows of `only` (all
+/// when `None`).
+fn calibrate_rows(
+    samples: &[Sample],
+    from: &Params,
+    start: &Params,
+    prior: f64,
+    max_iterations: usize,
+    only: Option<RowKind>,
+) -> FitReport {
+    let rows = |s: &[Sample], p: &Params| -> Vec<Row> {
+        let mut r = rows(s, p);
+        r.retain(|x| only.is_none_or(|k| x.kind == k));
+        r
+    };
     let p0 = start.to_vec();
     let n = p0.len();
-    let summary = |rs: &[Row]| -> Vec<(String, f64)> {
-        let mut v = Vec::new();
-        for (name, k) in [
-            ("steps", Some(RowKind::Step)),
-            ("windows", Some(RowKind::Window)),
-            ("ops", Some(RowKind::Op)),
-            ("all", None),
-        ] {
-            if let Some(m) = mape(rs, k) {
-                v.push((name.to_string(), m));
-            }
-        }
-        v
-    };
-    let first = rows(samples, start);
+    let first = rows(samples, from);
     let before = summary(&first);
-    let mut cur = p0.clone();
+    let mut cur = from.to_vec();
     let mut cur_rows = first;
     let mut cur_loss = loss(&cur_rows, &cur, &p0, prior);
     let mut iterations = 0;
@@ -255,9 +318,10 @@ pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations:
         // Normal equations of the relative-error rows plus the prior rows.
         let mut g = vec![vec![0.0; n]; n];
         let mut c = vec![0.0; n];
-        for r in &cur_rows {
-            let a: Vec<f64> = r.lin.coef.iter().map(|v| v / r.measured_ns).collect();
-            let b = 1.0 - r.lin.konst / r.measured_ns;
+        for (r, w) in cur_rows.iter().zip(weights(&cur_rows)) {
+            let sw = w.sqrt();
+            let a: Vec<f64> = r.lin.coef.iter().map(|v| sw * v / r.measured_ns).collect();
+            let b = sw * (1.0 - r.lin.konst / r.measured_ns);
             for i in 0..n {
                 if a[i] == 0.0 {
                     continue;
@@ -275,12 +339,18 @@ pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations:
                 c[j] += a * prior;
             }
         }
-        let target = nnls_normal(&g, &c);
-        // Accept the step if the re-simulated loss drops; else try shorter steps.
+        // Levenberg-Marquardt damping: a step that lands where the paths change too much is
+        // retried closer to the current values (damping x diag(G) pulls towards them).
         let mut accepted = false;
-        let mut step = 1.0;
-        for _ in 0..6 {
-            let trial: Vec<f64> = cur.iter().zip(&target).map(|(a, b)| a + step * (b - a)).collect();
+        for damping in [0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0] {
+            let mut gd = g.clone();
+            let mut cd = c.clone();
+            for j in 0..n {
+                let d = damping * g[j][j];
+                gd[j][j] += d;
+                cd[j] += d * cur[j];
+            }
+            let trial = nnls_normal(&gd, &cd);
             let trial_rows = rows(samples, &Params::from_vec(&trial));
             let l = loss(&trial_rows, &trial, &p0, prior);
             if l < cur_loss * (1.0 - 1e-9) {
@@ -288,10 +358,9 @@ pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations:
                 cur = trial;
                 cur_rows = trial_rows;
                 cur_loss = l;
-                accepted = gain > 1e-7;
+                accepted = gain > 1e-6;
                 break;
             }
-            step *= 0.5;
         }
         if !accepted {
             break;

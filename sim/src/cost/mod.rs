@@ -144,6 +144,21 @@ fn window_json(w: &model::WindowTime, steps: &[StepDesc]) -> Value {
     })
 }
 
+/// Per benchmark point: the plan step of its last timed window (the sample a two-step decode
+/// point keeps, dynamo_fpm.md §1.11).
+pub fn retained_steps(plan: &Plan) -> std::collections::BTreeMap<u64, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for st in &plan.steps {
+        for op in &st.ops {
+            if let kvsim_core::plan::PlanOp::BeginTimed { point } = op {
+                let e = out.entry(*point).or_insert(st.step);
+                *e = (*e).max(st.step);
+            }
+        }
+    }
+    out
+}
+
 /// The prediction for `plan` (`kvsim-predict/1`).
 pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOptions) -> Result<Value, String> {
     let (lowered, steps) = describe_plan(plan, profile, opts)?;
@@ -168,7 +183,24 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
             })
         })
         .collect();
-    let points: Vec<Value> = t.windows.iter().map(|w| window_json(w, &steps)).collect();
+    let retained = retained_steps(plan);
+    let points: Vec<Value> = t
+        .windows
+        .iter()
+        .map(|w| {
+            let mut v = window_json(w, &steps);
+            // The benchmark keeps the point's last timed step (its steady sample, dynamo_fpm.md
+            // §1.11); the device times it as a step.
+            if let Some(i) = retained
+                .get(&w.point)
+                .and_then(|s| steps.iter().position(|d| d.step == *s))
+            {
+                v["retained_step"] = json!(steps[i].step);
+                v["retained_device_us"] = json!(us(t.steps[i].value));
+            }
+            v
+        })
+        .collect();
     let total: f64 = t.steps.iter().map(|l| l.value).sum();
     Ok(json!({
         "format": PREDICT_FORMAT,
@@ -184,4 +216,40 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
         "points": points,
         "totals": {"steps": steps.len(), "device_us": us(total), "notes": lowered.notes.len()},
     }))
+}
+
+/// The description of every step with each launching op's predicted device time (as if timed
+/// alone with events): what `kvsim predict --describe` adds.
+pub fn describe_json(plan: &Plan, profile: &Profile, opts: &RunOptions) -> Result<Value, String> {
+    let (_, steps) = describe_plan(plan, profile, opts)?;
+    let shape = RunShape {
+        time_ops: true,
+        sync_windows: opts.sync_windows,
+        host_work: HostWork::Predicted,
+    };
+    let t = simulate(&steps, &profile.params, shape);
+    let mut op_us: std::collections::BTreeMap<(usize, usize), f64> = std::collections::BTreeMap::new();
+    for o in &t.ops {
+        op_us.insert((o.step, o.op), us(o.device.value));
+    }
+    let rows: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(si, s)| {
+            let ops: Vec<Value> = s
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(oi, op)| {
+                    let mut v = serde_json::to_value(op).expect("descriptions serialize");
+                    if let Some(t) = op_us.get(&(si, oi)) {
+                        v["predicted_us_alone"] = json!(t);
+                    }
+                    v
+                })
+                .collect();
+            json!({"step": s.step, "ops": ops})
+        })
+        .collect();
+    Ok(json!({"desc_version": desc::DESC_VERSION, "steps": rows}))
 }

@@ -22,30 +22,38 @@ use super::profile::Params;
 /// Parameter indices (positions in [`Params::NAMES`]).
 mod ix {
     pub const HOST_STEP: usize = 0;
-    pub const HOST_LAUNCH: usize = 1;
-    pub const HOST_EVENT: usize = 2;
-    pub const HOST_SYNC: usize = 3;
-    pub const HOST_WORK_OP: usize = 4;
-    pub const HOST_WORK_TOKEN: usize = 5;
-    pub const GPU_KERNEL: usize = 6;
-    pub const WRITE_ROW: usize = 7;
-    pub const WRITE_ELEM: usize = 8;
-    pub const ZERO_BYTE: usize = 9;
-    pub const COPY_BYTE: usize = 10;
-    pub const BLOCK_OP: usize = 11;
-    pub const STATE_SERIAL: usize = 12;
-    pub const MOE_ROUTE_MAC: usize = 13;
-    pub const MOE_WEIGHT_BYTE: usize = 14;
-    pub const MOE_MAC: usize = 15;
-    pub const MOE_SERIAL: usize = 16;
-    pub const MMA_BYTE: usize = 17;
-    pub const MMA_ITER: usize = 18;
-    pub const GENERIC_BYTE: usize = 19;
-    pub const GENERIC_ITER: usize = 20;
-    pub const LATENT_BYTE: usize = 21;
-    pub const LATENT_ITER: usize = 22;
-    pub const ATTN_WAVE: usize = 23;
-    pub const COUNT: usize = 24;
+    pub const HOST_STEP_END: usize = 1;
+    pub const HOST_LAUNCH: usize = 2;
+    pub const HOST_EVENT: usize = 3;
+    pub const HOST_SYNC: usize = 4;
+    pub const HOST_WAKE: usize = 5;
+    pub const HOST_DEEP_WAKE: usize = 6;
+    pub const HOST_WORK_OP: usize = 7;
+    pub const HOST_WORK_TOKEN: usize = 8;
+    pub const GPU_KERNEL: usize = 9;
+    pub const WRITE_ROW: usize = 10;
+    pub const WRITE_ELEM: usize = 11;
+    pub const ZERO_BYTE: usize = 12;
+    pub const COPY_BYTE: usize = 13;
+    pub const BLOCK_OP: usize = 14;
+    pub const STATE_SERIAL: usize = 15;
+    pub const MOE_ROUTE_MAC: usize = 16;
+    pub const MOE_ROUTE_SERIAL: usize = 17;
+    pub const MOE_WEIGHT_BYTE: usize = 18;
+    pub const MOE_L2_BYTE: usize = 19;
+    pub const MOE_COLD: usize = 20;
+    pub const MOE_MAC: usize = 21;
+    pub const MOE_SERIAL: usize = 22;
+    pub const MOE_SERIAL_EXPERT: usize = 23;
+    pub const MMA_BYTE: usize = 24;
+    pub const MMA_ITER: usize = 25;
+    pub const GENERIC_BYTE: usize = 26;
+    pub const GENERIC_ITER: usize = 27;
+    pub const LATENT_BYTE: usize = 28;
+    pub const LATENT_ITER: usize = 29;
+    pub const ATTN_WAVE: usize = 30;
+    pub const ATTN_SPLIT: usize = 31;
+    pub const COUNT: usize = 32;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -90,6 +98,14 @@ impl Lin {
         }
         self.konst += o.konst;
         self.value += o.value;
+    }
+
+    fn scaled(&self, k: f64) -> Lin {
+        Lin {
+            value: self.value * k,
+            coef: self.coef.iter().map(|c| c * k).collect(),
+            konst: self.konst * k,
+        }
     }
 
     fn sub(&self, o: &Lin) -> Lin {
@@ -163,6 +179,14 @@ pub struct Timeline {
     pub ops: Vec<OpTime>,
 }
 
+/// A synchronisation that waited longer than this for the device makes the next launch cost
+/// `host_wake_ns` more, and longer than [`DEEP_WAKE_AFTER_NS`] `host_deep_wake_ns` more again.
+const WAKE_AFTER_NS: f64 = 2e6;
+const DEEP_WAKE_AFTER_NS: f64 = 2e7;
+
+/// CTAs of the MoE router resident at once (128-thread CTAs, 16 per SM, 132 SMs).
+const ROUTE_RESIDENT_CTAS: u64 = 16 * 132;
+
 /// Device time of each kernel an op launches, in issue order.
 pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
     let kernel = |extra: Lin| {
@@ -184,11 +208,26 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                     Family::Generic => (ix::GENERIC_BYTE, ix::GENERIC_ITER),
                     Family::Latent => (ix::LATENT_BYTE, ix::LATENT_ITER),
                 };
-                let waves = a.waves() as f64;
-                let bw = Lin::term(p, byte, a.bytes as f64);
-                let mut lat = Lin::term(p, ix::ATTN_WAVE, waves);
-                lat.add_term(p, iter, waves * a.iters());
-                kernel(Lin::max(&bw, &lat))
+                // Wave by wave: a wave of resident CTAs takes the larger of moving its bytes
+                // and one CTA's walk over its split (a start-up plus its 128-position
+                // iterations); the last wave may be partial.
+                let resident = a.resident.max(1);
+                let per_cta = a.bytes as f64 / a.ctas.max(1) as f64;
+                let (full, rest) = (a.ctas / resident, a.ctas % resident);
+                let mut lat = Lin::term(p, ix::ATTN_WAVE, 1.0);
+                lat.add_term(p, iter, a.iters());
+                if a.nsplit > 1 {
+                    lat.add_term(p, ix::ATTN_SPLIT, f64::from(a.nsplit));
+                }
+                let wave = |ctas: u64| Lin::max(&Lin::term(p, byte, ctas as f64 * per_cta), &lat);
+                let mut t = Lin::zero();
+                if full > 0 {
+                    t.add(&wave(resident).scaled(full as f64));
+                }
+                if rest > 0 {
+                    t.add(&wave(rest));
+                }
+                kernel(t)
             })
             .collect(),
         OpDesc::StateUpdate { serial, .. } => vec![kernel(Lin::term(p, ix::STATE_SERIAL, *serial as f64))],
@@ -214,14 +253,21 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             ..
         } => {
             let (h, f, e) = (f64::from(*hidden), f64::from(*ffn), f64::from(*experts));
-            let route = Lin::term(p, ix::MOE_ROUTE_MAC, *tokens as f64 * e * h);
+            // Router: one CTA per token scores every expert (warps take experts in turn).
+            let mut route = Lin::term(p, ix::MOE_ROUTE_MAC, *tokens as f64 * e * h);
+            route.add_term(p, ix::MOE_ROUTE_SERIAL, e * tokens.div_ceil(ROUTE_RESIDENT_CTAS) as f64);
             let gemm = |inner: f64| {
-                // up: weights F x H per active expert, pairs x F x H MACs, the most loaded
-                // expert's CTA walks its tokens over H; down: the same with H and F swapped.
-                let wbytes = Lin::term(p, ix::MOE_WEIGHT_BYTE, routing.active * f * h * 2.0);
-                let macs = Lin::term(p, ix::MOE_MAC, routing.pairs as f64 * f * h);
-                let serial = Lin::term(p, ix::MOE_SERIAL, routing.max_load * inner);
-                kernel(Lin::max(&Lin::max(&wbytes, &macs), &serial))
+                // up (inner = hidden) and down (inner = ffn): weights F x H per chosen expert,
+                // pairs x F x H multiply-adds, and the most loaded expert's CTA walking its
+                // tokens one by one.
+                let w = f * h * 2.0;
+                let mut l = Lin::term(p, ix::MOE_WEIGHT_BYTE, routing.fresh * w);
+                l.add_term(p, ix::MOE_L2_BYTE, (routing.active - routing.fresh).max(0.0) * w);
+                l.add_term(p, ix::MOE_COLD, routing.fresh.min(1.0));
+                l.add_term(p, ix::MOE_MAC, routing.pairs as f64 * f * h);
+                l.add_term(p, ix::MOE_SERIAL, routing.max_load * inner);
+                l.add_term(p, ix::MOE_SERIAL_EXPERT, routing.max_load * e);
+                kernel(l)
             };
             vec![kernel(Lin::zero()), kernel(route), gemm(h), gemm(f)]
         }
@@ -264,18 +310,24 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
     };
     // (point, step, device at open, host at open)
     let mut open: Option<(u64, usize, Lin, Lin)> = None;
+    // How long the last window's synchronisation waited (ns), until the next launch.
+    let mut wake = 0.0f64;
     for (si, step) in steps.iter().enumerate() {
         host.add_term(&p, ix::HOST_STEP, 1.0);
         let e0 = Lin::max(&dev, &host);
         for (oi, op) in step.ops.iter().enumerate() {
             match op {
                 OpDesc::BeginTimed { point } => {
+                    let mut waited = 0.0f64;
                     if shape.sync_windows {
+                        waited = dev.value - host.value;
                         host = Lin::max(&host, &dev);
                         host.add_term(&p, ix::HOST_SYNC, 1.0);
                     }
                     host.add_term(&p, ix::HOST_EVENT, 1.0);
                     open = Some((*point, si, Lin::max(&dev, &host), host.clone()));
+                    // After a long wait the window's first launch comes late.
+                    wake = waited;
                 }
                 OpDesc::EndTimed { point } => {
                     host.add_term(&p, ix::HOST_EVENT, 1.0);
@@ -305,6 +357,13 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                     }
                     for k in kernel_times(op, &p) {
                         host.add_term(&p, ix::HOST_LAUNCH, 1.0);
+                        let waited = std::mem::take(&mut wake);
+                        if waited > WAKE_AFTER_NS {
+                            host.add_term(&p, ix::HOST_WAKE, 1.0);
+                        }
+                        if waited > DEEP_WAKE_AFTER_NS {
+                            host.add_term(&p, ix::HOST_DEEP_WAKE, 1.0);
+                        }
                         dev = Lin::max(&dev, &host);
                         dev.add(&k);
                     }
@@ -320,8 +379,11 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                 }
             }
         }
-        host.add_term(&p, ix::HOST_EVENT, 1.0);
-        let e1 = Lin::max(&dev, &host);
+        // The closing event: recorded after the last op, processed after the device's work.
+        host.add_term(&p, ix::HOST_STEP_END, 1.0);
+        let mut dev_end = dev.clone();
+        dev_end.add_term(&p, ix::HOST_STEP_END, 1.0);
+        let e1 = Lin::max(&dev_end, &host);
         out.steps.push(e1.sub(&e0));
     }
     out
@@ -339,10 +401,14 @@ mod tests {
         for (i, n) in [
             (ix::HOST_STEP, "host_step_ns"),
             (ix::HOST_LAUNCH, "host_launch_ns"),
+            (ix::HOST_WAKE, "host_wake_ns"),
             (ix::HOST_WORK_TOKEN, "host_work_token_ns"),
             (ix::GPU_KERNEL, "gpu_kernel_ns"),
             (ix::BLOCK_OP, "block_op_ns"),
+            (ix::MOE_ROUTE_SERIAL, "moe_route_serial_ns"),
+            (ix::MOE_L2_BYTE, "moe_l2_byte_ns"),
             (ix::MOE_SERIAL, "moe_serial_ns"),
+            (ix::MOE_SERIAL_EXPERT, "moe_serial_expert_ns"),
             (ix::MMA_BYTE, "attn_mma_byte_ns"),
             (ix::LATENT_ITER, "attn_latent_iter_ns"),
             (ix::ATTN_WAVE, "attn_wave_ns"),
@@ -361,7 +427,7 @@ mod tests {
                 ctas: 512,
                 resident: 264,
                 nsplit: 1,
-                split_tokens: 4096,
+                split_tokens: 1024,
             }],
         }
     }

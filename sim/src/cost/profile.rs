@@ -46,24 +46,31 @@ macro_rules! params {
 
 params! {
     /// Host: per step (its two events, the loop).
-    host_step_ns = 4000.0,
+    host_step_ns = 3000.0,
+    /// Host: from a step's last op to its closing event (the end-of-step event record).
+    host_step_end_ns = 1300.0,
     /// Host: per kernel launch (memsets included).
-    host_launch_ns = 3000.0,
+    host_launch_ns = 2900.0,
     /// Host: per extra event record (per-op timing, window marks).
-    host_event_ns = 1000.0,
+    host_event_ns = 800.0,
     /// Host: per stream synchronisation (timed windows open and close on an idle device).
-    host_sync_ns = 5000.0,
+    host_sync_ns = 10000.0,
+    /// Host: extra cost of the first launch after a synchronisation that waited more than 2 ms
+    /// for the device (seen on the H200 machine: the issuing thread comes back slow).
+    host_wake_ns = 12000.0,
+    /// Host: further extra cost of that launch when the wait was longer than 20 ms.
+    host_deep_wake_ns = 20000.0,
     /// Host: predicted host work (block registration and other scheduler bookkeeping inside a
     /// timed window), per plan op.
     host_work_op_ns = 500.0,
     /// Host: predicted host work per token a `cache_blocks` op registers.
     host_work_token_ns = 2.0,
     /// Device: fixed cost of one kernel (launch latency, ramp, tail).
-    gpu_kernel_ns = 2500.0,
+    gpu_kernel_ns = 1600.0,
     /// `write_kv`: per CTA (one written token x one layer).
-    write_row_ns = 3.0,
+    write_row_ns = 1.0,
     /// `write_kv`: per K/V element written (bf16; V is transposed, so writes are scattered).
-    write_elem_ns = 0.008,
+    write_elem_ns = 0.004,
     /// `zero_blocks`: per byte zeroed.
     zero_byte_ns = 0.0003,
     /// `copy_blocks`: per byte read or written.
@@ -72,29 +79,42 @@ params! {
     block_op_ns = 50.0,
     /// `state_update`: per serial step of one thread (state elements per thread x tokens).
     state_serial_ns = 15.0,
-    /// MoE router: per multiply-accumulate (tokens x experts x hidden).
-    moe_route_mac_ns = 0.0003,
-    /// MoE expert GEMMs: per weight byte of the experts the tokens chose (up and down).
-    moe_weight_byte_ns = 0.0003,
-    /// MoE expert GEMMs: per multiply-accumulate (throughput bound).
+    /// MoE router: per multiply-accumulate (tokens x experts x hidden), throughput.
+    moe_route_mac_ns = 0.0001,
+    /// MoE router: per expert a CTA scores one after the other (experts x waves of tokens).
+    moe_route_serial_ns = 100.0,
+    /// MoE expert GEMMs: per weight byte of the chosen experts the previous MoE op did not use
+    /// (from DRAM).
+    moe_weight_byte_ns = 0.00004,
+    /// MoE expert GEMMs: per weight byte of chosen experts the previous MoE op used (L2).
+    moe_l2_byte_ns = 0.00002,
+    /// MoE expert GEMMs: once per GEMM when some chosen expert is fresh (its CTAs' first pass
+    /// over their weight rows misses the caches).
+    moe_cold_ns = 10000.0,
+    /// MoE expert GEMMs: per multiply-accumulate (tokens x top-k x ffn x hidden), throughput.
     moe_mac_ns = 0.0003,
-    /// MoE expert GEMMs: per unit of the most loaded expert's serial work (its tokens x
-    /// (hidden + ffn)): the critical CTA when routing is uneven.
-    moe_serial_ns = 0.7,
+    /// MoE expert GEMMs: per unit of the most loaded expert's serial work, its tokens x the
+    /// dot length (hidden for up, ffn for down): one CTA walks its tokens one by one.
+    moe_serial_ns = 7.0,
+    /// MoE expert GEMMs: per token of the most loaded expert x experts (empirical: the serial
+    /// cost per token grew with the expert count on the H200, cause not identified).
+    moe_serial_expert_ns = 150.0,
     /// Decode, tensor-core kernel: per K/V byte read.
-    attn_mma_byte_ns = 0.000294,
+    attn_mma_byte_ns = 0.00026,
     /// Decode, tensor-core kernel: per wave x 128-position iterations of one CTA.
-    attn_mma_iter_ns = 400.0,
+    attn_mma_iter_ns = 1500.0,
     /// Decode, CUDA-core generic kernel: per K/V byte read.
     attn_generic_byte_ns = 0.0015,
     /// Decode, generic kernel: per wave x 128-position iterations of one CTA.
-    attn_generic_iter_ns = 2000.0,
+    attn_generic_iter_ns = 6000.0,
     /// Decode, MLA latent kernel: per latent byte read.
     attn_latent_byte_ns = 0.004,
     /// Decode, latent kernel: per wave x 128-position iterations of one CTA.
-    attn_latent_iter_ns = 2000.0,
-    /// Decode: per wave of CTAs (start-up, split combine).
+    attn_latent_iter_ns = 6000.0,
+    /// Decode: per wave of CTAs (start-up).
     attn_wave_ns = 2000.0,
+    /// Decode: per split of a request the last CTA of its split group combines.
+    attn_split_ns = 700.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -172,13 +192,15 @@ impl Profile {
     }
 
     /// Digest of what determines predictions: name, SM count, resident CTAs and parameters
-    /// (canonical JSON, xxh3-64).
+    /// (canonical JSON, xxh3-64). Parameters enter with 12 significant digits, so the hash
+    /// survives a round trip through a JSON parser that is off by an ulp.
     pub fn hash(&self) -> String {
+        let params: Vec<String> = self.params.to_vec().iter().map(|v| format!("{v:.11e}")).collect();
         let key = serde_json::json!({
             "name": self.name,
             "sm_count": self.sm_count,
             "resident_ctas": self.resident_ctas,
-            "params": self.params,
+            "params": params,
         });
         let text = serde_json::to_string(&key).expect("profiles serialize");
         format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
@@ -226,6 +248,10 @@ mod tests {
         let back: Profile = serde_json::from_str(&text).unwrap();
         assert_eq!(back, prof);
         assert_eq!(back.hash(), prof.hash());
+        // An ulp off (a lossy float parser) is the same profile.
+        let mut near = prof.clone();
+        near.params.attn_mma_byte_ns = f64::from_bits(near.params.attn_mma_byte_ns.to_bits() + 1);
+        assert_eq!(near.hash(), prof.hash());
         assert!(prof.problems().is_empty());
     }
 

@@ -6,9 +6,16 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::desc::{StepDesc, DESC_VERSION};
+use kvsim_core::plan::Plan;
+use kvsim_gpu::layout::DeviceLayout;
+use kvsim_gpu::program::MoeOp;
+use kvsim_gpu::{MoeInput, SyntheticKv};
+
+use super::desc::{describe, DescSource, OpDesc, StepDesc, DESC_VERSION};
 use super::fit::{Measured, Sample};
 use super::model::{HostWork, RunShape};
+use super::routing::{expected_routing, Routing, TokenRouter};
+use super::RunOptions;
 use super::PREDICT_FORMAT;
 
 /// How a run was made, as both formats record it.
@@ -88,6 +95,11 @@ pub struct PredictedPoint {
     pub ctx_tokens: u64,
     pub kv_bytes: u64,
     pub decode_only: bool,
+    /// The point's last timed step (its retained sample) and its predicted device time.
+    #[serde(default)]
+    pub retained_step: Option<u64>,
+    #[serde(default)]
+    pub retained_device_us: Option<f64>,
 }
 
 /// A `kvsim predict` output.
@@ -108,18 +120,23 @@ fn parse<T: for<'de> Deserialize<'de>>(name: &str, text: &str) -> Result<T, Stri
     serde_path_to_error::deserialize(de).map_err(|e| format!("{name}: at $.{}: {}", e.path(), e.inner()))
 }
 
-/// Reads GPU results; `name` labels errors.
-pub fn read_gpu_results(name: &str, text: &str) -> Result<GpuResults, String> {
-    let r: GpuResults = parse(name, text)?;
+/// Reads GPU results; `name` labels errors. Results whose description is of another version
+/// are refused unless `plans` holds their plan, which then describes them anew
+/// ([`GpuResults::redescribe`]).
+pub fn read_gpu_results_with(name: &str, text: &str, plans: &[(String, Plan)]) -> Result<GpuResults, String> {
+    let mut r: GpuResults = parse(name, text)?;
     if r.format != "kvsim-replay/1" || r.backend != "gpu" {
         return Err(format!(
             "{name}: not GPU results (format {:?}, backend {:?}; expected kvsim-replay/1, gpu)",
             r.format, r.backend
         ));
     }
+    if let Some((_, plan)) = plans.iter().find(|(h, _)| *h == r.plan_hash) {
+        r.redescribe(plan).map_err(|e| format!("{name}: {e}"))?;
+    }
     if r.cost.desc_version != DESC_VERSION {
         return Err(format!(
-            "{name}: cost description version {} (this kvsim reads {DESC_VERSION})",
+            "{name}: cost description version {} (this kvsim reads {DESC_VERSION}; give the plan with --plan to describe it anew)",
             r.cost.desc_version
         ));
     }
@@ -167,6 +184,11 @@ pub fn read_gpu_results(name: &str, text: &str) -> Result<GpuResults, String> {
     Ok(r)
 }
 
+/// Reads GPU results ([`read_gpu_results_with`] without plans).
+pub fn read_gpu_results(name: &str, text: &str) -> Result<GpuResults, String> {
+    read_gpu_results_with(name, text, &[])
+}
+
 /// Reads a prediction.
 pub fn read_prediction(name: &str, text: &str) -> Result<Prediction, String> {
     let p: Prediction = parse(name, text)?;
@@ -176,7 +198,85 @@ pub fn read_prediction(name: &str, text: &str) -> Result<Prediction, String> {
     Ok(p)
 }
 
+impl RunInfo {
+    /// The run options these results were made with.
+    pub fn options(&self) -> Result<RunOptions, String> {
+        let mut o = RunOptions::default();
+        o.lowering.synthetic_kv = match self.synthetic_kv.as_str() {
+            "tokens" => SyntheticKv::Tokens,
+            "zero" => SyntheticKv::Zero,
+            other => return Err(format!("unknown synthetic_kv {other:?}")),
+        };
+        o.lowering.moe_input = match self.moe_input.as_str() {
+            "token" => MoeInput::Token,
+            "hidden" => MoeInput::Hidden,
+            other => return Err(format!("unknown moe_input {other:?}")),
+        };
+        o.time_ops = self.time_ops;
+        o.sync_windows = self.sync_windows;
+        Ok(o)
+    }
+}
+
+/// Describes a plan for results made before the current description version: resident CTAs
+/// from the results, token routing replicated (exact), other routing and host-work times
+/// taken from the old description where it has them.
+struct Redescribe<'a> {
+    old: &'a [StepDesc],
+    resident: &'a BTreeMap<String, u64>,
+    router: Option<TokenRouter>,
+}
+
+impl DescSource for Redescribe<'_> {
+    fn resident(&self, module: &str) -> u64 {
+        self.resident.get(module).copied().unwrap_or(1)
+    }
+
+    fn routing(&mut self, step: usize, op: usize, m: &MoeOp, layout: &DeviceLayout) -> Routing {
+        let moe = layout.moe.expect("MoE ops need a MoE layout");
+        if m.hidden.is_empty() {
+            let r = self
+                .router
+                .get_or_insert_with(|| TokenRouter::new(moe.experts, moe.hidden));
+            return Routing::from_counts(&r.route_tokens(&m.tokens, m.top_k), "replicated");
+        }
+        match self.old.get(step).and_then(|s| s.ops.get(op)) {
+            Some(OpDesc::Moe { routing, .. }) => routing.clone(),
+            _ => expected_routing(m.tokens.len() as u64, m.top_k, moe.experts),
+        }
+    }
+}
+
 impl GpuResults {
+    /// Describes the run anew from its plan with the current description version.
+    pub fn redescribe(&mut self, plan: &Plan) -> Result<(), String> {
+        let opts = self.run.options()?;
+        let lowered = kvsim_gpu::lower_plan(plan, &opts.lowering).map_err(|e| e.to_string())?;
+        let mut src = Redescribe {
+            old: &self.cost.steps,
+            resident: &self.cost.resident_ctas,
+            router: None,
+        };
+        let mut steps = describe(plan, &lowered, self.cost.sm_count, &mut src);
+        if steps.len() != self.cost.steps.len() {
+            return Err(format!(
+                "the plan lowers to {} steps, the results have {}",
+                steps.len(),
+                self.cost.steps.len()
+            ));
+        }
+        for (new, old) in steps.iter_mut().zip(&self.cost.steps) {
+            for (a, b) in new.ops.iter_mut().zip(&old.ops) {
+                if let (OpDesc::HostWork { measured_ns, .. }, OpDesc::HostWork { measured_ns: m, .. }) = (a, b) {
+                    *measured_ns = *m;
+                }
+            }
+        }
+        self.cost.steps = steps;
+        self.cost.desc_version = DESC_VERSION;
+        Ok(())
+    }
+
     /// The run as a calibration sample (host work as the device machine measured it).
     pub fn sample(&self, name: &str) -> Sample {
         let us = |v: f64| v * 1000.0;

@@ -21,20 +21,48 @@ pub struct Routing {
     pub active: f64,
     /// Tokens of the most loaded expert.
     pub max_load: f64,
+    /// Active experts that the previous MoE op of the program did not use: their weights
+    /// come from DRAM; the others' are likely still in L2. Set by [`super::desc::describe`].
+    #[serde(default)]
+    pub fresh: f64,
     /// `measured` (the device's counts), `replicated` (token routing recomputed) or
     /// `expected` (uniformly random routing).
     pub source: String,
+    /// Tokens per expert, when known (measured or replicated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Vec<u32>>,
 }
 
 impl Routing {
     /// From per-expert token counts.
     pub fn from_counts(counts: &[u32], source: &str) -> Routing {
+        let active = counts.iter().filter(|&&c| c > 0).count() as f64;
         Routing {
             pairs: counts.iter().map(|&c| u64::from(c)).sum(),
-            active: counts.iter().filter(|&&c| c > 0).count() as f64,
+            active,
             max_load: f64::from(counts.iter().copied().max().unwrap_or(0)),
+            fresh: active,
             source: source.into(),
+            counts: Some(counts.to_vec()),
         }
+    }
+
+    /// Sets [`Routing::fresh`] from the routing of the program's previous MoE op (`None`: no
+    /// previous op, every active expert is fresh) over `experts` experts of `expert_bytes`
+    /// weight bytes each: experts the previous op did not use are fresh, and of those it used,
+    /// the share that cannot have stayed in `l2_bytes` of cache.
+    pub fn set_fresh(&mut self, prev: Option<&Routing>, experts: u32, expert_bytes: f64, l2_bytes: f64) {
+        let Some(p) = prev else {
+            self.fresh = self.active;
+            return;
+        };
+        let overlap = match (&self.counts, &p.counts) {
+            (Some(now), Some(before)) => now.iter().zip(before).filter(|(&n, &b)| n > 0 && b > 0).count() as f64,
+            // Independent uniform choices: a fraction prev.active / experts was used before.
+            _ => self.active * (p.active / f64::from(experts.max(1))).min(1.0),
+        };
+        let kept = (l2_bytes / (p.active * expert_bytes).max(1.0)).min(1.0);
+        self.fresh = (self.active - overlap) + overlap * (1.0 - kept);
     }
 }
 
@@ -129,7 +157,9 @@ pub fn expected_routing(tokens: u64, top_k: u32, experts: u32) -> Routing {
         pairs: tokens * u64::from(top_k.min(experts)),
         active,
         max_load: expected_max_binomial(tokens, p, experts, tokens * u64::from(top_k.min(experts))),
+        fresh: active,
         source: "expected".into(),
+        counts: None,
     }
 }
 
