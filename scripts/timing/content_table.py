@@ -59,10 +59,10 @@ def main(rp, rr, zp, zr):
         print(f"| {p} | {batch} | {ctx} | {a['window']:.1f} | {b['window']:.1f} | {wr:.3f} | {a['step']:.1f} | {b['step']:.1f} | {sr:.3f} | {a['route'][0]}/{a['route'][1]} | {b['route'][0]}/{b['route'][1]} |")
     srt = sorted(r for _, r in ratios)
     print(f"\nretained-step ratio zero/real: median {srt[len(srt) // 2]:.3f}, min {srt[0]:.3f}, max {srt[-1]:.3f} over {len(srt)} points")
-    for lo, hi in [(0, 64), (64, 1024), (1024, 1 << 30)]:
+    for lo, hi, name in [(0, 64, "< 64"), (64, 1024, "64 .. 1023"), (1024, 1 << 62, ">= 1024")]:
         sel = sorted(r for c, r in ratios if lo <= c < hi)
         if sel:
-            print(f"ctx/req in [{lo}, {hi}): median ratio {sel[len(sel) // 2]:.3f} ({len(sel)} points)")
+            print(f"ctx/req {name}: median ratio {sel[len(sel) // 2]:.3f} ({len(sel)} points)")
 
 
 if __name__ == "__main__":

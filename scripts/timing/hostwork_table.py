@@ -61,6 +61,11 @@ def main(base_p, inwin_p, base_s=None, inwin_s=None):
         print(line)
     pcts = sorted(x[2] for x in infl)
     print(f"\nwindow inflation: median {pcts[len(pcts) // 2]:+.1f}%, max {pcts[-1]:+.1f}% over {len(pcts)} points")
+    if pred:
+        big = [(d, pred[p][1] - pred[p][0]) for p, (_, d, _) in zip([p for p, _ in rows if p in inwin], infl) if d > 100]
+        if big:
+            errs = sorted(abs(pr - d) / d * 100 for d, pr in big)
+            print(f"predicted vs measured inflation where it exceeds 100 µs: median error {errs[len(errs) // 2]:.1f}%, max {errs[-1]:.1f}% ({len(errs)} points)")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ pub struct CompareArgs {
     /// Exit 1 when the MAPE of the decode points exceeds this many percent.
     #[arg(long)]
     pub max_mape: Option<f64>,
+    /// Plot the points' retained samples (their last timed step, what the benchmark keeps)
+    /// instead of their timed windows.
+    #[arg(long)]
+    pub plot_retained: bool,
     /// The plot's title.
     #[arg(long, default_value = "kvsim cost model vs GPU")]
     pub title: String,
@@ -131,8 +135,25 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
         write(path, text.as_bytes())?;
     }
     if let Some(path) = &a.svg {
-        let title = format!("{} — decode-point MAPE {}", a.title, fmt(decode));
-        write(path, plot(&points, &title).as_bytes())?;
+        let (shown, what, m) = if a.plot_retained {
+            let r: Vec<_> = points
+                .iter()
+                .filter_map(|p| {
+                    let (pr, me, e) = (p.retained_predicted_us?, p.retained_measured_us?, p.retained_error_pct?);
+                    Some(crate::cost::compare::PointCmp {
+                        predicted_us: pr,
+                        measured_us: me,
+                        error_pct: e,
+                        ..p.clone()
+                    })
+                })
+                .collect();
+            (r, "retained samples", retained)
+        } else {
+            (points.clone(), "timed windows", decode)
+        };
+        let title = format!("{} — {what}, decode-point MAPE {}", a.title, fmt(m));
+        write(path, plot(&shown, &title).as_bytes())?;
     }
     match (a.max_mape, decode) {
         (Some(max), Some(m)) if m > max => {
