@@ -225,6 +225,7 @@ pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<Ba
             }
             let options = ExecutorOptions {
                 attn_defines: defines.to_string(),
+                ..ExecutorOptions::default()
             };
             let mut exec = GpuExecutor::with_options(shape.layout(), &options)?;
             for k in exec.kernel_resources()?.iter().filter(|k| k.name.starts_with("attn_")) {
@@ -249,6 +250,7 @@ pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<Ba
                     reset_pools: false,
                     split_tokens: split,
                     keep_outputs: split.is_none(),
+                    ..ExecOptions::default()
                 };
                 let r = exec.bench_decode(&decode, warmup, iters, &opts)?;
                 let plan = r.splits[0];

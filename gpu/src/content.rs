@@ -69,9 +69,16 @@ pub const PLANE_MOE: u32 = 3;
 /// Dims at the start of every row that carry the tag.
 pub const TAG_DIMS: u32 = 4;
 
+/// The token of a position that holds zeros: synthetic KV materialised as zeros
+/// (`kvsim replay --backend gpu --synthetic-kv zero`). Every element of its K/V rows is 0, so
+/// its packed tag is 0; no plan token maps to it (`lower_plan` keeps token ids below it).
+pub const ZERO_TOKEN: u32 = u32::MAX;
+
 /// bf16 bits of one K/V element.
 pub fn kv_bits(token: u32, position: u32, layer: u32, head: u32, dim: u32, plane: u32) -> u16 {
-    if dim < TAG_DIMS {
+    if token == ZERO_TOKEN {
+        0
+    } else if dim < TAG_DIMS {
         byte_bf16(tag32(token, position) >> (8 * dim))
     } else {
         byte_bf16(content_hash(token, position, layer, head, dim, plane))
@@ -80,6 +87,9 @@ pub fn kv_bits(token: u32, position: u32, layer: u32, head: u32, dim: u32, plane
 
 /// The four tag elements of a row read as one little-endian `u64` (what the kernels compare).
 pub fn packed_tag(token: u32, position: u32) -> u64 {
+    if token == ZERO_TOKEN {
+        return 0;
+    }
     let tag = tag32(token, position);
     (0..TAG_DIMS).fold(0u64, |acc, d| acc | (u64::from(byte_bf16(tag >> (8 * d))) << (16 * d)))
 }
@@ -175,8 +185,11 @@ mod tests {
             // Tags do not depend on layer, head or plane.
             assert_eq!(kv_bits(token, pos, 0, 0, d, PLANE_K), elem);
         }
-        // A zeroed row never looks like a tag of an ordinary token at a small position.
+        // A zeroed row never looks like a tag of an ordinary token at a small position; it is
+        // exactly what a zero position (synthetic KV as zeros) must hold.
         assert!((0..1000).all(|p| packed_tag(p * 7, p) != 0));
+        assert_eq!(packed_tag(ZERO_TOKEN, 5), 0);
+        assert!((0..8).all(|d| kv_bits(ZERO_TOKEN, 5, 1, 0, d, PLANE_V) == 0));
     }
 
     #[test]

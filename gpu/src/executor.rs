@@ -36,6 +36,15 @@ pub struct ExecOptions {
     pub reset_pools: bool,
     /// Force the decode split length instead of the heuristic.
     pub split_tokens: Option<u32>,
+    /// Time every launching op with its own pair of events ([`ExecReport::op_timings`]).
+    /// The events cost host time, so step timings of such a run are not those of a plain one.
+    pub time_ops: bool,
+    /// Synchronise the stream before a window opens and after it closes, so a window starts
+    /// on an idle device and [`PointTiming::wall_ns`] is its wall time (a benchmark's view).
+    pub sync_windows: bool,
+    /// Keep every SM busy this long right before the timed run, so that clocks that dropped
+    /// while the host prepared the run are back up at step 0.
+    pub warm_up_ms: u32,
 }
 
 impl Default for ExecOptions {
@@ -45,6 +54,9 @@ impl Default for ExecOptions {
             keep_outputs: false,
             reset_pools: true,
             split_tokens: None,
+            time_ops: false,
+            sync_windows: true,
+            warm_up_ms: 0,
         }
     }
 }
@@ -67,6 +79,21 @@ pub struct PointTiming {
     pub device_ms: f32,
     /// Host clock between the two marks: issuing the window's work and its `HostWork`.
     pub host_ns: u64,
+    /// With [`ExecOptions::sync_windows`]: host clock from the opening mark (taken on an idle
+    /// device) until the device finished the window's work.
+    pub wall_ns: Option<u64>,
+}
+
+/// Device time of one launching op (`ExecOptions::time_ops`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTiming {
+    pub step: usize,
+    /// Index in the step's op list. A run of consecutive `Prefill` ops is issued as one
+    /// `write_kv` launch per group, timed at the run's first indices (one per group).
+    pub op: usize,
+    /// What it launched: `write_kv`, `decode`, `state_update`, `zero_blocks`, `copy_blocks`, `moe`.
+    pub kind: &'static str,
+    pub device_ms: f32,
 }
 
 /// The output of one request's decode over one group.
@@ -162,6 +189,8 @@ pub struct ExecReport {
     pub rows_verified: u64,
     pub decode_outputs: Vec<DecodeOutput>,
     pub moe_routes: Vec<MoeRouting>,
+    /// With `ExecOptions::time_ops`: every launching op's device time.
+    pub op_timings: Vec<OpTiming>,
 }
 
 /// Registers, local memory (spills) and static shared memory of one kernel.
@@ -205,11 +234,14 @@ struct MoeDevice {
     w2: CudaSlice<u16>,
 }
 
-/// How an executor builds its kernels.
+/// How an executor builds its kernels and waits for the device.
 #[derive(Clone, Debug, Default)]
 pub struct ExecutorOptions {
     /// Extra `#define` lines for the decode modules (tuning variants, e.g. `#define KV_L2_256`).
     pub attn_defines: String,
+    /// Spin while synchronising (`CU_CTX_SCHED_SPIN`) instead of the driver's automatic
+    /// choice, so the issuing thread stays hot across the long waits before timed windows.
+    pub spin_wait: bool,
 }
 
 /// Runs programs over one layout on device 0.
@@ -303,10 +335,28 @@ enum Prepared {
         counts_off: usize,
         step: usize,
         op: usize,
+        /// Hidden-state routing: per token the offset of its row in the output of the step's
+        /// latest decode (first launch), and the row length; `None` routes on token ids.
+        hidden: Option<(CudaSlice<u32>, i32)>,
     },
     Begin(PointId),
     End(PointId),
     HostWork(u64),
+}
+
+impl Prepared {
+    /// What the op launches, for [`OpTiming`]; `None` for ops that launch nothing.
+    fn kind(&self) -> Option<&'static str> {
+        Some(match self {
+            Prepared::WriteKv { .. } => "write_kv",
+            Prepared::Decode(_) => "decode",
+            Prepared::State { .. } => "state_update",
+            Prepared::Zero { .. } => "zero_blocks",
+            Prepared::Copy { .. } => "copy_blocks",
+            Prepared::Moe { .. } => "moe",
+            Prepared::Merged | Prepared::Begin(_) | Prepared::End(_) | Prepared::HostWork(_) => return None,
+        })
+    }
 }
 
 struct RecordExpect {
@@ -403,6 +453,10 @@ impl GpuExecutor {
             return Err(GpuError::InvalidLayout(problems));
         }
         let (ctx, info) = open_device()?;
+        if options.spin_wait {
+            // The context is current on this thread (CudaContext::new binds it).
+            cudarc::driver::result::ctx::set_flags(cudarc::driver::sys::CUctx_flags::CU_CTX_SCHED_SPIN)?;
+        }
         // One stream, ordered by construction: cudarc's per-buffer event tracking is not needed.
         // SAFETY: every buffer below is used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
@@ -463,6 +517,14 @@ impl GpuExecutor {
     /// The layout its pools were built for.
     pub fn layout(&self) -> &DeviceLayout {
         &self.layout
+    }
+
+    /// CTAs of decode kernel `k` resident on the whole device at once (what the split
+    /// heuristic fills); `None` for a kernel this layout does not use.
+    pub fn resident_ctas(&self, k: AttnKernel) -> Option<u64> {
+        self.attn
+            .get(&k)
+            .map(|a| u64::from(self.info.sm_count) * u64::from(a.2))
     }
 
     /// Resource usage of every kernel (registers, spills, shared memory).
@@ -533,6 +595,7 @@ impl GpuExecutor {
         let mut prepared: Vec<Vec<Prepared>> = Vec::with_capacity(program.steps.len());
         for (si, step) in program.steps.iter().enumerate() {
             let mut ops = Vec::with_capacity(step.ops.len());
+            let mut last_decode: Option<(usize, &DecodeOp)> = None;
             let mut oi = 0;
             while oi < step.ops.len() {
                 let run = step.ops[oi..]
@@ -544,7 +607,19 @@ impl GpuExecutor {
                     oi += run;
                     continue;
                 }
-                ops.push(self.prepare_op(&step.ops[oi], si, oi, opts, &mut records, &mut moe_counts_words)?);
+                let mut p = self.prepare_op(&step.ops[oi], si, oi, opts, &mut records, &mut moe_counts_words)?;
+                match (&step.ops[oi], &mut p) {
+                    (GpuOp::DecodeAttention(d), _) => last_decode = Some((ops.len(), d)),
+                    (GpuOp::Moe(m), Prepared::Moe { hidden, .. }) if !m.hidden.is_empty() => {
+                        if let Some((at, d)) = last_decode {
+                            if let Prepared::Decode(pd) = &ops[at] {
+                                *hidden = self.hidden_rows(pd, d, m)?;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                ops.push(p);
                 oi += 1;
             }
             prepared.push(ops);
@@ -564,20 +639,37 @@ impl GpuExecutor {
         if opts.reset_pools {
             self.reset_pools()?;
         }
+        if opts.warm_up_ms > 0 {
+            let ns = u64::from(opts.warm_up_ms) * 1_000_000;
+            // SAFETY: spin(u64) reads nothing and writes nothing.
+            unsafe {
+                self.stream.launch_builder(&self.common["spin"]).arg(&ns).launch(cfg(
+                    (4 * self.info.sm_count, 1, 1),
+                    128,
+                    0,
+                ))
+            }?;
+        }
         self.stream.synchronize()?;
 
         // 2. run
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let mut step_events: Vec<(CudaEvent, CudaEvent, u64)> = Vec::with_capacity(prepared.len());
         let mut open: Option<(PointId, usize, CudaEvent, Instant)> = None;
-        let mut points: Vec<(PointId, usize, usize, CudaEvent, CudaEvent, u64)> = Vec::new();
+        type Window = (PointId, usize, usize, CudaEvent, CudaEvent, u64, Option<u64>);
+        let mut points: Vec<Window> = Vec::new();
+        let mut op_events: Vec<(usize, usize, &'static str, CudaEvent, CudaEvent)> = Vec::new();
         for (si, ops) in prepared.iter().enumerate() {
             let host_start = Instant::now();
             let e0 = self.ctx.new_event(timing)?;
             e0.record(&self.stream)?;
-            for p in ops {
+            let mut last_out: Option<&CudaSlice<f32>> = None;
+            for (oi, p) in ops.iter().enumerate() {
                 match p {
                     Prepared::Begin(point) => {
+                        if opts.sync_windows {
+                            self.stream.synchronize()?;
+                        }
                         let e = self.ctx.new_event(timing)?;
                         e.record(&self.stream)?;
                         open = Some((*point, si, e, Instant::now()));
@@ -588,9 +680,35 @@ impl GpuExecutor {
                         let (begin_point, begin_step, b, t) =
                             open.take().expect("validated: EndTimed follows its BeginTimed");
                         assert_eq!(begin_point, *point, "validated: windows do not nest");
-                        points.push((*point, begin_step, si, b, e, t.elapsed().as_nanos() as u64));
+                        let host_ns = t.elapsed().as_nanos() as u64;
+                        let wall_ns = if opts.sync_windows {
+                            self.stream.synchronize()?;
+                            Some(t.elapsed().as_nanos() as u64)
+                        } else {
+                            None
+                        };
+                        points.push((*point, begin_step, si, b, e, host_ns, wall_ns));
                     }
-                    other => self.launch(other, &verify, moe_scratch.as_mut())?,
+                    other => {
+                        let kind = other.kind();
+                        let timed = opts.time_ops && kind.is_some();
+                        let before = if timed {
+                            let e = self.ctx.new_event(timing)?;
+                            e.record(&self.stream)?;
+                            Some(e)
+                        } else {
+                            None
+                        };
+                        self.launch(other, &verify, moe_scratch.as_mut(), last_out)?;
+                        if let (Some(b), Some(kind)) = (before, kind) {
+                            let e = self.ctx.new_event(timing)?;
+                            e.record(&self.stream)?;
+                            op_events.push((si, oi, kind, b, e));
+                        }
+                        if let Prepared::Decode(d) = other {
+                            last_out = d.launches.first().map(|l| &l.out);
+                        }
+                    }
                 }
             }
             let e1 = self.ctx.new_event(timing)?;
@@ -608,13 +726,22 @@ impl GpuExecutor {
                 host_ns: *host_ns,
             });
         }
-        for (point, step_begin, step_end, b, e, host_ns) in &points {
+        for (point, step_begin, step_end, b, e, host_ns, wall_ns) in &points {
             report.points.push(PointTiming {
                 point: *point,
                 step_begin: *step_begin,
                 step_end: *step_end,
                 device_ms: b.elapsed_ms(e)?,
                 host_ns: *host_ns,
+                wall_ns: *wall_ns,
+            });
+        }
+        for (step, op, kind, b, e) in &op_events {
+            report.op_timings.push(OpTiming {
+                step: *step,
+                op: *op,
+                kind,
+                device_ms: b.elapsed_ms(e)?,
             });
         }
         let words = self.stream.clone_dtoh(&verify)?;
@@ -741,6 +868,7 @@ impl GpuExecutor {
                     counts_off,
                     step,
                     op: opi,
+                    hidden: None,
                 }
             }
             GpuOp::BeginTimed { point } => Prepared::Begin(*point),
@@ -931,7 +1059,42 @@ impl GpuExecutor {
         Ok(())
     }
 
-    fn launch(&self, p: &Prepared, verify: &CudaSlice<u32>, moe: Option<&mut MoeScratch>) -> Result<(), GpuError> {
+    /// Row offsets (into the first launch's output of decode `pd`, prepared from `d`) of the
+    /// attention output each token of hidden-state MoE `m` routes on: the request's last layer,
+    /// every query head. `None` when the decode has no launch.
+    fn hidden_rows(
+        &self,
+        pd: &PreparedDecode,
+        d: &DecodeOp,
+        m: &MoeOp,
+    ) -> Result<Option<(CudaSlice<u32>, i32)>, GpuError> {
+        let Some(l) = pd.launches.first() else {
+            return Ok(None);
+        };
+        let g = &self.layout.groups[l.group];
+        let (layers, row) = (g.layers as usize, (g.q_heads * g.head_dim) as usize);
+        let rows: Vec<u32> = m
+            .hidden
+            .iter()
+            .map(|&s| {
+                if s == crate::program::HIDDEN_NONE {
+                    return crate::program::HIDDEN_NONE;
+                }
+                let req = d.seqs[s as usize].req;
+                let j = l.reqs.iter().position(|&r| r == req).unwrap_or(0);
+                ((j * layers + layers - 1) * row) as u32
+            })
+            .collect();
+        Ok(Some((self.upload(rows)?, row as i32)))
+    }
+
+    fn launch(
+        &self,
+        p: &Prepared,
+        verify: &CudaSlice<u32>,
+        moe: Option<&mut MoeScratch>,
+        last_out: Option<&CudaSlice<f32>>,
+    ) -> Result<(), GpuError> {
         match p {
             Prepared::Merged => {}
             Prepared::WriteKv {
@@ -1029,6 +1192,7 @@ impl GpuExecutor {
                 ntok,
                 top_k,
                 counts_off,
+                hidden,
                 ..
             } => {
                 let (Some(m), Some(w), Some(s)) = (self.layout.moe, &self.moe, moe) else {
@@ -1039,6 +1203,11 @@ impl GpuExecutor {
                 let mut y = s.y.slice_mut(..(*ntok as usize) * m.hidden as usize);
                 self.stream.memset_zeros(&mut y)?;
                 let counts = s.counts.slice(*counts_off..*counts_off + m.experts as usize);
+                let (a, arow, an) = match (hidden, last_out) {
+                    (Some((rows, n)), Some(out)) => (out, rows, *n),
+                    _ => (&s.x, &s.lists, 0i32),
+                };
+                let beta = crate::program::MOE_HIDDEN_BIAS;
                 // SAFETY: MoE kernels index X/Hb/Y/lists by token < ntok and expert < E, all sized
                 // for the largest MoE op of the program.
                 unsafe {
@@ -1054,6 +1223,10 @@ impl GpuExecutor {
                         .arg(&counts)
                         .arg(&s.lists)
                         .arg(&s.wlist)
+                        .arg(a)
+                        .arg(arow)
+                        .arg(&an)
+                        .arg(&beta)
                         .launch(cfg((*ntok, 1, 1), 128, 4 * m.experts))?;
                     self.stream
                         .launch_builder(&self.common["moe_up"])

@@ -16,7 +16,7 @@ pub const RECORD_WORDS: usize = 8;
 pub const DECODE_THREADS: u32 = 128;
 
 /// Names of the kernels in the common module.
-pub const COMMON_KERNELS: [&str; 8] = [
+pub const COMMON_KERNELS: [&str; 9] = [
     "write_kv",
     "zero_blocks",
     "copy_blocks",
@@ -25,6 +25,7 @@ pub const COMMON_KERNELS: [&str; 8] = [
     "moe_route",
     "moe_up",
     "moe_down",
+    "spin",
 ];
 
 /// The source.
@@ -210,15 +211,23 @@ extern "C" __global__ void moe_init(u16* __restrict__ w, u64 n, u32 salt) {
   }
 }
 
-// grid (tokens), 128 threads, shared = experts floats. x = embedding of the token id.
+// grid (tokens), 128 threads, shared = experts floats. x = embedding of the token id, or (an > 0 and
+// arow[t] != ~0) the attention output row A[arow[t] ..+ an] (folded onto H) plus beta x a bias shared
+// by all tokens.
 extern "C" __global__ void moe_route(const u32* __restrict__ tokens, const u16* __restrict__ router, int H, int E,
     int top_k, int ntok, float* __restrict__ X, u32* __restrict__ counts, u32* __restrict__ lists,
-    float* __restrict__ wlist) {
+    float* __restrict__ wlist, const float* __restrict__ A, const u32* __restrict__ arow, int an, float beta) {
   extern __shared__ float logits[];
   const int t = blockIdx.x;
   const u32 tok = tokens[t];
   float* x = X + (size_t)t * H;
-  for (int h = threadIdx.x; h < H; h += blockDim.x) x[h] = byte_f32(content_hash(tok, 0u, 1023u, 0u, h, 3u));
+  if (an > 0 && arow[t] != 0xffffffffu) {
+    const float* a = A + arow[t];
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+      x[h] = __ldcg(a + (h % an)) + beta * byte_f32(content_hash(0u, 0u, 1022u, 0u, h, 3u));
+  } else {
+    for (int h = threadIdx.x; h < H; h += blockDim.x) x[h] = byte_f32(content_hash(tok, 0u, 1023u, 0u, h, 3u));
+  }
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   for (int e = warp; e < E; e += nw) {
@@ -282,6 +291,15 @@ extern "C" __global__ void moe_down(const u16* __restrict__ w2, const float* __r
       if (lane == 0) atomicAdd(Y + (size_t)lists[(size_t)e * ntok + i] * H + h, s * wlist[(size_t)e * ntok + i]);
     }
   }
+}
+
+// Busy for `ns` nanoseconds of the global timer (warms the clocks up before a timed run).
+extern "C" __global__ void spin(u64 ns) {
+  u64 t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
 }
 
 #endif  // ATTN_ONLY

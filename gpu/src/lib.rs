@@ -29,10 +29,10 @@ pub mod selfcheck;
 
 pub use device::{no_device_reason, DeviceInfo};
 pub use error::GpuError;
-pub use executor::{ExecOptions, ExecReport, GpuExecutor, PointTiming, StepTiming, Violation, ViolationKind};
+pub use executor::{ExecOptions, ExecReport, GpuExecutor, OpTiming, PointTiming, StepTiming, Violation, ViolationKind};
 pub use ids::{BlockId, GroupId, PointId, ReqId};
 pub use layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
-pub use lower_plan::{lower_plan, LowerError, LowerOptions, LoweredPlan, OpRef};
+pub use lower_plan::{lower_plan, LowerError, LowerOptions, LoweredPlan, MoeInput, OpRef, SyntheticKv};
 pub use program::{
     BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,
 };

@@ -40,6 +40,7 @@ use std::time::Instant;
 use kvsim_core::engine::Engine;
 use kvsim_core::plan::{GroupKindName, Plan, PlanOp, TailMode};
 
+use crate::content::ZERO_TOKEN;
 use crate::ids::{BlockId, GroupId, PointId, ReqId};
 use crate::layout::{
     DeviceLayout, GroupKind, GroupLayout, MoeLayout, MLA_MAX_LATENT_DIM, MMA_MAX_HEAD_DIM, MOE_MAX_TOP_K,
@@ -48,7 +49,32 @@ use crate::program::{
     BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,
 };
 
-/// Device shapes a scenario does not fix.
+/// What synthetic ("fake") KV (`fake_compute`) holds on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SyntheticKv {
+    /// As if prefilled from the request's own tokens (K/V writes, state updates, a MoE pass):
+    /// indistinguishable from real KV, so plans with capacity fallbacks verify.
+    #[default]
+    Tokens,
+    /// Zeros, as a benchmark's synthetic injection leaves them: the blocks of the synthetic
+    /// positions (and the state block) are zeroed and nothing is computed; decodes then read
+    /// zero rows, and the verifier expects exactly that ([`crate::content::ZERO_TOKEN`]).
+    Zero,
+}
+
+/// What a forward's MoE layer routes on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MoeInput {
+    /// An embedding of each new token's id: routing ignores the K/V content.
+    #[default]
+    Token,
+    /// The request's attention output (the forward's decode runs first), plus a small shared
+    /// bias ([`crate::program::MOE_HIDDEN_BIAS`]): routing follows the K/V the attention read,
+    /// as a model's hidden state does, and collapses onto a few experts on all-zero K/V.
+    Hidden,
+}
+
+/// Device shapes a scenario does not fix, and how synthetic content and MoE routing behave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LowerOptions {
     /// Query heads per KV head of attention groups (GQA group size).
@@ -58,6 +84,8 @@ pub struct LowerOptions {
     /// MoE hidden size and expert FFN size (multiples of 256).
     pub moe_hidden: u32,
     pub moe_ffn: u32,
+    pub synthetic_kv: SyntheticKv,
+    pub moe_input: MoeInput,
 }
 
 impl Default for LowerOptions {
@@ -67,6 +95,8 @@ impl Default for LowerOptions {
             mla_q_heads: 16,
             moe_hidden: 1024,
             moe_ffn: 512,
+            synthetic_kv: SyntheticKv::Tokens,
+            moe_input: MoeInput::Token,
         }
     }
 }
@@ -261,9 +291,15 @@ pub fn device_layout(plan: &Plan, opts: &LowerOptions) -> Result<(DeviceLayout, 
     Ok((layout, notes))
 }
 
-/// Token ids on the device are `u32`; plans keep them below `vocab_size`.
+/// Token ids on the device are `u32`; plans keep them below `vocab_size`. None maps to
+/// [`ZERO_TOKEN`] (the marker of a zero position).
 fn tok32(t: u64) -> u32 {
-    u32::try_from(t).unwrap_or((t ^ (t >> 32)) as u32)
+    let t = u32::try_from(t).unwrap_or((t ^ (t >> 32)) as u32);
+    if t == ZERO_TOKEN {
+        ZERO_TOKEN - 2
+    } else {
+        t
+    }
 }
 
 /// The simulator executor's fault injection (`Engine::apply_fault`), so that the engines here
@@ -286,6 +322,9 @@ struct EntryIn {
 
 struct Lowerer<'a> {
     plan: &'a Plan,
+    opts: LowerOptions,
+    /// `SyntheticKv::Zero`: per request, positions `0..n` hold zeros (synthetic KV).
+    zero_prefix: BTreeMap<ReqId, u64>,
     layout: DeviceLayout,
     ng: usize,
     req_ids: BTreeMap<(u32, u32), ReqId>,
@@ -381,9 +420,13 @@ impl Lowerer<'_> {
         let s = &plan.scenario;
         let caching = s.scheduler.enable_caching;
         let mut moe_tokens = Vec::new();
+        // Per MoE token, the index of its request in `seqs` (hidden-state routing).
+        let mut moe_rows: Vec<Option<u32>> = Vec::new();
         let mut seqs = Vec::new();
         for en in entries.iter().filter(|en| en.end > en.computed) {
             let (c, end) = (en.computed, en.end);
+            // Positions 0..z hold zeros (synthetic KV as zeros); the state restarted after them.
+            let z = self.zero_prefix.get(&en.req).copied().unwrap_or(0).min(c);
             moe_tokens.extend_from_slice(&en.tokens[c as usize..end as usize]);
             let mut tables = Vec::new();
             for (g, grp) in s.model.groups.iter().enumerate() {
@@ -415,7 +458,7 @@ impl Lowerer<'_> {
                         group: dg,
                         src_block: BlockId(src),
                         dst_block: BlockId(dst),
-                        history: en.tokens[..c as usize].to_vec(),
+                        history: en.tokens[z as usize..c as usize].to_vec(),
                         tokens: en.tokens[c as usize..end as usize].to_vec(),
                     }));
                     continue;
@@ -437,25 +480,86 @@ impl Lowerer<'_> {
                     blocks: table.iter().map(|&b| BlockId(b)).collect(),
                 });
             }
+            // A decode token routes on its request's attention output; prefill tokens (whose
+            // own hidden states the decode does not compute) on their ids.
+            let row = match (tables.is_empty(), end - c) {
+                (true, _) => None,
+                (false, 1) => Some(seqs.len() as u32),
+                (false, _) => Some(crate::program::HIDDEN_NONE),
+            };
+            moe_rows.extend(std::iter::repeat_n(row, (end - c) as usize));
             if !tables.is_empty() {
+                let mut tokens = en.tokens[..=c as usize].to_vec();
+                tokens[..z as usize].fill(ZERO_TOKEN);
                 seqs.push(DecodeSeq {
                     req: en.req,
-                    tokens: en.tokens[..=c as usize].to_vec(),
+                    tokens,
                     tables,
                 });
             }
         }
-        if let Some(moe) = self.layout.moe {
-            if !moe_tokens.is_empty() {
-                let top_k = s.model.top_k.min(MOE_MAX_TOP_K).min(moe.experts);
-                self.emit(GpuOp::Moe(MoeOp {
-                    tokens: moe_tokens,
-                    top_k,
-                }));
+        let moe = self.layout.moe.filter(|_| !moe_tokens.is_empty()).map(|moe| {
+            let top_k = s.model.top_k.min(MOE_MAX_TOP_K).min(moe.experts);
+            let hidden: Option<Vec<u32>> = match self.opts.moe_input {
+                MoeInput::Token => None,
+                MoeInput::Hidden => moe_rows.iter().copied().collect(),
+            };
+            MoeOp {
+                tokens: moe_tokens,
+                top_k,
+                hidden: hidden.unwrap_or_default(),
             }
+        });
+        // Token routing runs before the attention (as issue 7 lowered it); hidden-state routing
+        // needs the attention output first.
+        let moe_first = moe.as_ref().is_some_and(|m| m.hidden.is_empty());
+        if moe_first {
+            self.emit(GpuOp::Moe(moe.clone().expect("checked")));
         }
         if !seqs.is_empty() {
             self.emit(GpuOp::DecodeAttention(DecodeOp { seqs }));
+        }
+        if let Some(m) = moe.filter(|_| !moe_first) {
+            self.emit(GpuOp::Moe(m));
+        }
+    }
+
+    /// Synthetic KV as zeros: zeroes the blocks holding positions `c..end` of every attention
+    /// group (null entries skipped) and the state block after `end` tokens; computes nothing.
+    fn lower_fake_zero(&mut self, rank: u32, entries: &[EntryIn]) {
+        let s = &self.plan.scenario;
+        let caching = s.scheduler.enable_caching;
+        let groups = s.model.groups.clone();
+        for en in entries.iter().filter(|en| en.end > en.computed) {
+            let (c, end) = (en.computed, en.end);
+            for (g, grp) in groups.iter().enumerate() {
+                let table = en.tables.get(g).cloned().unwrap_or_default();
+                let bs = grp.block_size.max(1);
+                let blocks: Vec<u32> = if grp.kind == GroupKindName::Mamba {
+                    let idx = if caching {
+                        (end.div_ceil(bs) as usize).saturating_sub(1)
+                    } else {
+                        0
+                    };
+                    table.get(idx).copied().into_iter().filter(|&b| b != 0).collect()
+                } else {
+                    (c / bs..=(end - 1) / bs)
+                        .filter_map(|i| table.get(i as usize).copied())
+                        .filter(|&b| b != 0)
+                        .collect()
+                };
+                self.zero(rank, g, &blocks);
+            }
+            let prev = self.zero_prefix.get(&en.req).copied().unwrap_or(0);
+            if prev == c {
+                self.zero_prefix.insert(en.req, end);
+            } else {
+                self.notes.push(format!(
+                    "step {} rank {rank}: synthetic KV of positions {c}..{end} after computed ones; \
+                     only positions 0..{prev} are expected to hold zeros",
+                    self.at.step
+                ));
+            }
         }
     }
 
@@ -509,6 +613,8 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
     let ng = s.model.groups.len();
     let mut lw = Lowerer {
         plan,
+        opts: opts.clone(),
+        zero_prefix: BTreeMap::new(),
         layout: layout.clone(),
         ng,
         req_ids: BTreeMap::new(),
@@ -550,10 +656,10 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
                 };
                 let entries = match op {
                     PlanOp::Forward { batch } => lw.capture_forward(rank, e, batch),
-                    // DECISION: synthetic ("fake") KV is materialised on the device as if
-                    // prefilled from the request's own tokens, so replays of plans with
-                    // capacity fallbacks verify; a zero/constant-KV variant is issue 8's
-                    // content-sensitivity experiment.
+                    // DECISION: by default synthetic ("fake") KV is materialised on the device as
+                    // if prefilled from the request's own tokens, so replays of plans with
+                    // capacity fallbacks verify; `SyntheticKv::Zero` zeroes it instead (issue 8's
+                    // content-sensitivity experiment, docs/timing.md).
                     PlanOp::FakeCompute { req, tokens } => lw.capture_forward(
                         rank,
                         e,
@@ -585,6 +691,9 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
                     })),
                 }
                 match op {
+                    PlanOp::FakeCompute { .. } if opts.synthetic_kv == SyntheticKv::Zero => {
+                        lw.lower_fake_zero(rank, &entries)
+                    }
                     PlanOp::Forward { .. } | PlanOp::FakeCompute { .. } => lw.lower_forward(rank, &entries),
                     PlanOp::RegisterShadow { tail, groups, .. } => {
                         for (g, grp) in groups.iter().enumerate().filter(|(g, _)| *g < ng) {
@@ -773,7 +882,10 @@ mod tests {
                                 let bad = g.kind.attend_range(s.ctx_tokens()).find(|&p| {
                                     let b = t.blocks[(p / bs) as usize].0;
                                     let got = kv.get(&(t.group.0, b)).and_then(|v| v[(p % bs) as usize]);
-                                    got != Some((s.tokens[p as usize], p))
+                                    let want = s.tokens[p as usize];
+                                    // A zero position must hold zeros (zeroed or never written).
+                                    (want == ZERO_TOKEN && got.is_some())
+                                        || (want != ZERO_TOKEN && got != Some((want, p)))
                                 });
                                 if let Some(p) = bad {
                                     let (_, pg) = l.plan_group(t.group);
@@ -821,6 +933,104 @@ mod tests {
                 (2, "point1".to_string(), 1, 4, Some(5))
             ]
         );
+    }
+
+    /// Full attention + sliding window 8, 4-token blocks, 4 experts (top 2); request `a` gets
+    /// 9 synthetic positions, then decodes twice (positions 9 and 10).
+    fn synthetic_plan() -> Plan {
+        let text = r#"{"format": "kvsim-plan/1",
+          "scenario": {"name": "tiny-moe", "model": {"groups": [
+              {"kind": "full_attention", "block_size": 4, "layers": 2, "kv_heads": 2, "head_dim": 8},
+              {"kind": "sliding_window", "sliding_window": 8, "block_size": 4, "layers": 2, "kv_heads": 2, "head_dim": 8}],
+            "experts": 4, "top_k": 2, "vocab_size": 100},
+            "pool_blocks": 32,
+            "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 64, "max_model_len": 64, "enable_caching": true},
+            "seed": 1},
+          "steps": [
+            {"step": 0, "ops": [
+              {"op": "add_request", "req": "a", "prompt": {"source": "ids", "ids": [1,2,3,4,5,6,7,8,9,10]}},
+              {"op": "schedule", "req": "a", "num_new_tokens": 10, "delay_cache_blocks": true},
+              {"op": "fake_compute", "req": "a", "tokens": 9},
+              {"op": "cache_blocks", "req": "a", "num_tokens": 9}]},
+            {"step": 1, "ops": [
+              {"op": "begin_timed", "point": 0},
+              {"op": "forward", "batch": [{"req": "a", "tokens": 1, "output": [11]}]},
+              {"op": "end_timed", "point": 0},
+              {"op": "process_outputs"}]},
+            {"step": 2, "ops": [
+              {"op": "schedule", "req": "a", "num_new_tokens": 1},
+              {"op": "forward", "batch": [{"req": "a", "tokens": 1, "output": [12]}]},
+              {"op": "process_outputs"}]}]}"#;
+        load_plan(text).expect("valid plan")
+    }
+
+    #[test]
+    fn synthetic_kv_as_zeros_reads_zeros() {
+        let plan = synthetic_plan();
+        let opts = LowerOptions {
+            synthetic_kv: SyntheticKv::Zero,
+            ..LowerOptions::default()
+        };
+        let l = lower_plan(&plan, &opts).expect("lowers");
+        assert_eq!(l.mismatch, None);
+        assert_eq!(l.program.problems(), Vec::<String>::new());
+        // Step 0 zeroes the blocks of positions 0..8 (3 blocks per group) and computes nothing.
+        assert!(l.program.steps[0]
+            .ops
+            .iter()
+            .all(|op| matches!(op, GpuOp::ZeroBlocks { .. })));
+        let decode = |step: usize| {
+            l.program.steps[step]
+                .ops
+                .iter()
+                .find_map(|op| match op {
+                    GpuOp::DecodeAttention(d) => Some(d.seqs[0].tokens.clone()),
+                    _ => None,
+                })
+                .expect("a decode")
+        };
+        let t1 = decode(1);
+        assert_eq!(t1.len(), 10);
+        assert!(t1[..9].iter().all(|&t| t == ZERO_TOKEN));
+        assert_eq!(t1[9], 10);
+        let t2 = decode(2);
+        assert!(t2[..9].iter().all(|&t| t == ZERO_TOKEN));
+        assert_eq!(&t2[9..], &[10, 11]);
+        assert_eq!(predict(&l), Vec::<Bad>::new());
+        // The default materialises the same positions from the prompt: no zero positions.
+        let l = lower_plan(&plan, &LowerOptions::default()).expect("lowers");
+        assert!(l.program.steps.iter().flat_map(|s| &s.ops).all(
+            |op| !matches!(op, GpuOp::DecodeAttention(d) if d.seqs.iter().any(|s| s.tokens.contains(&ZERO_TOKEN)))
+        ));
+        assert_eq!(predict(&l), Vec::<Bad>::new());
+    }
+
+    #[test]
+    fn hidden_state_moe_runs_after_the_attention() {
+        let plan = synthetic_plan();
+        let kinds = |opts: &LowerOptions| -> Vec<&'static str> {
+            let l = lower_plan(&plan, opts).expect("lowers");
+            assert_eq!(l.program.problems(), Vec::<String>::new());
+            l.program.steps[2]
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    GpuOp::DecodeAttention(_) => Some("decode"),
+                    GpuOp::Moe(m) if m.hidden.is_empty() => Some("moe"),
+                    GpuOp::Moe(m) => {
+                        assert_eq!(m.hidden, vec![0]);
+                        Some("moe_hidden")
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(kinds(&LowerOptions::default()), vec!["moe", "decode"]);
+        let hidden = LowerOptions {
+            moe_input: MoeInput::Hidden,
+            ..LowerOptions::default()
+        };
+        assert_eq!(kinds(&hidden), vec!["decode", "moe_hidden"]);
     }
 
     #[test]

@@ -106,12 +106,31 @@ pub struct BlockCopy {
     pub dst: BlockId,
 }
 
-/// A MoE layer over `tokens`; routing depends on the token ids.
+/// A MoE layer over `tokens`.
+///
+/// With `hidden` empty the router's input is an embedding of the token id (routing depends on
+/// the token ids only). Otherwise `hidden[i]` names the request (index into `seqs` of the
+/// step's latest `DecodeAttention`) whose attention output feeds token `i`, or is
+/// [`HIDDEN_NONE`] for a token routed on its id (a prefill token, whose own hidden state the
+/// decode does not compute): the router's input
+/// is that request's last-layer attention output over its first group plus a small bias shared
+/// by every token ([`MOE_HIDDEN_BIAS`]), so routing depends on the K/V the attention read, as a
+/// model's hidden state does; all-zero K/V collapses it onto the experts the bias picks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoeOp {
     pub tokens: Vec<u32>,
     pub top_k: u32,
+    pub hidden: Vec<u32>,
 }
+
+/// A `MoeOp::hidden` entry for a token routed on its id.
+pub const HIDDEN_NONE: u32 = u32::MAX;
+
+/// Scale of the shared bias added to the attention output a hidden-state MoE routes on
+/// (elements of the bias are in [-1, 1)). Real attention outputs over `n` positions are about
+/// `0.58 / sqrt(n)` per element, well above it for the contexts kvsim plans reach; the output
+/// of a decode over `n` zero positions is about `0.58 / n`, below it beyond ~1,000 positions.
+pub const MOE_HIDDEN_BIAS: f32 = 5e-4;
 
 impl DecodeSeq {
     /// Positions in cache.
@@ -137,9 +156,33 @@ impl GpuProgram {
         let mut open: Option<PointId> = None;
         let mut seen_points = BTreeSet::new();
         for (si, step) in self.steps.iter().enumerate() {
+            // Requests of the step's latest decode (what a hidden-state MoE routes on).
+            let mut decode_seqs: Option<usize> = None;
             for (oi, op) in step.ops.iter().enumerate() {
                 let at = format!("step {si} op {oi}");
                 match op {
+                    GpuOp::DecodeAttention(d) => {
+                        decode_seqs = Some(d.seqs.len());
+                        self.op_problems(op, &at, &mut out);
+                    }
+                    GpuOp::Moe(m) if !m.hidden.is_empty() => {
+                        if m.hidden.len() != m.tokens.len() {
+                            out.push(format!(
+                                "{at}: MoE names {} hidden rows for {} tokens",
+                                m.hidden.len(),
+                                m.tokens.len()
+                            ));
+                        }
+                        match decode_seqs {
+                            None => out.push(format!("{at}: hidden-state MoE without a decode before it in its step")),
+                            Some(n) => {
+                                if let Some(i) = m.hidden.iter().find(|&&i| i != HIDDEN_NONE && i as usize >= n) {
+                                    out.push(format!("{at}: hidden row {i} but the decode has {n} requests"));
+                                }
+                            }
+                        }
+                        self.op_problems(op, &at, &mut out);
+                    }
                     GpuOp::BeginTimed { point } => {
                         if let Some(p) = open {
                             out.push(format!("{at}: BeginTimed {point} while {p} is open"));
@@ -356,6 +399,12 @@ mod tests {
                     GpuOp::Moe(MoeOp {
                         tokens: vec![1, 2, 3],
                         top_k: 2,
+                        hidden: vec![],
+                    }),
+                    GpuOp::Moe(MoeOp {
+                        tokens: vec![1],
+                        top_k: 2,
+                        hidden: vec![0],
                     }),
                 ],
             }],
@@ -388,6 +437,13 @@ mod tests {
                     GpuOp::Moe(MoeOp {
                         tokens: vec![1],
                         top_k: 9,
+                        hidden: vec![],
+                    }),
+                    // hidden rows without a decode before them in the step
+                    GpuOp::Moe(MoeOp {
+                        tokens: vec![1],
+                        top_k: 1,
+                        hidden: vec![0],
                     }),
                     GpuOp::StateUpdate(StateUpdateOp {
                         req: ReqId(0),
@@ -401,7 +457,7 @@ mod tests {
             }],
         };
         let problems = p.problems();
-        assert_eq!(problems.len(), 6, "{problems:#?}");
+        assert_eq!(problems.len(), 7, "{problems:#?}");
         assert!(problems[0].starts_with("step 0 op 0"));
     }
 }

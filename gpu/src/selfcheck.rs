@@ -204,6 +204,13 @@ pub fn clean_program(seed: u32) -> GpuProgram {
         GpuOp::Moe(MoeOp {
             tokens: t0[..32].to_vec(),
             top_k: 2,
+            hidden: vec![],
+        }),
+        // Routed on the decode's attention outputs (hidden state) of r0 and r1.
+        GpuOp::Moe(MoeOp {
+            tokens: vec![t0[150], t1[76]],
+            top_k: 2,
+            hidden: vec![0, 1],
         }),
         GpuOp::HostWork { nanos: 20_000 },
         GpuOp::EndTimed { point: PointId(0) },
@@ -373,6 +380,7 @@ pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
             seed: seed_r,
             keep_outputs: true,
             split_tokens: if round == 0 { None } else { Some(4096) },
+            time_ops: round == 1,
             ..ExecOptions::default()
         };
         let report = exec.execute(&program, &opts)?;
@@ -444,12 +452,43 @@ pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
         for r in &report.moe_routes {
             let routed: u32 = r.tokens_per_expert.iter().sum();
             o.lines.push(format!(
-                "  moe step {} routed {routed} (token, expert) pairs: {:?}",
-                r.step, r.tokens_per_expert
+                "  moe step {} op {} routed {routed} (token, expert) pairs: {:?}",
+                r.step, r.op, r.tokens_per_expert
             ));
-            if routed != 64 {
-                o.failures
-                    .push(format!("MoE routed {routed} pairs, expected 32 tokens x top-2 = 64"));
+            let expected = match &program.steps[r.step].ops[r.op] {
+                GpuOp::Moe(m) => m.tokens.len() as u32 * m.top_k,
+                _ => 0,
+            };
+            if routed != expected {
+                o.failures.push(format!(
+                    "MoE routed {routed} pairs, expected tokens x top-k = {expected}"
+                ));
+            }
+        }
+        if report.moe_routes.len() != 2 {
+            o.failures
+                .push(format!("expected 2 MoE ops routed, got {}", report.moe_routes.len()));
+        }
+        if round == 1 {
+            let launching = program
+                .steps
+                .iter()
+                .flat_map(|s| &s.ops)
+                .filter(|op| {
+                    !matches!(
+                        op,
+                        GpuOp::BeginTimed { .. } | GpuOp::EndTimed { .. } | GpuOp::HostWork { .. }
+                    )
+                })
+                .count();
+            let timed = report.op_timings.len();
+            o.lines.push(format!(
+                "  {timed} ops timed one by one ({launching} launching ops, prefill runs merged)"
+            ));
+            if timed == 0 || timed > launching || report.op_timings.iter().any(|t| t.device_ms <= 0.0) {
+                o.failures.push(format!(
+                    "op timings: {timed} timed of {launching}, or a non-positive time"
+                ));
             }
         }
 

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod cli;
 pub mod conformance;
+pub mod cost;
 pub mod exec;
 pub mod exhaustive;
 pub mod fuzz;

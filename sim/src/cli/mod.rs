@@ -2,11 +2,14 @@
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
 mod bench_cmd;
+mod calibrate_cmd;
 mod check_cmd;
+mod compare_cmd;
 mod conformance_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
 mod mutants_cmd;
+mod predict_cmd;
 mod replay_cmd;
 mod replay_gpu;
 mod schema_cmd;
@@ -52,6 +55,12 @@ pub enum Command {
     Scenarios,
     /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
     BenchTraces(bench_cmd::BenchArgs),
+    /// Predict a plan's device times on the GPU backend with the cost model (docs/timing.md).
+    Predict(predict_cmd::PredictArgs),
+    /// Fit the cost model's profile to GPU results; write the profile.
+    Calibrate(calibrate_cmd::CalibrateArgs),
+    /// Compare predictions with GPU results: MAPE, worst points, first divergence, SVG plot.
+    Compare(compare_cmd::CompareArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -88,6 +97,18 @@ pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))
 }
 
+/// Loads plans given with `--plan` as (plan hash, plan).
+pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_core::plan::Plan)>, CliError> {
+    paths
+        .iter()
+        .map(|p| {
+            let plan = kvsim_core::plan::load_plan(&read_file(p)?)
+                .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
+            Ok((crate::exec::plan_hash(&plan), plan))
+        })
+        .collect()
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check(a) => check_cmd::run(a),
@@ -102,5 +123,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Sweep(a) => sweep_cmd::run(a),
         Command::Scenarios => sweep_cmd::run_scenarios(),
         Command::BenchTraces(a) => bench_cmd::run(a),
+        Command::Predict(a) => predict_cmd::run(a),
+        Command::Calibrate(a) => calibrate_cmd::run(a),
+        Command::Compare(a) => compare_cmd::run(a),
     }
 }

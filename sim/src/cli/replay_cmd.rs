@@ -12,6 +12,24 @@ use crate::exec::{perfetto_json, run_plan_opts, Outcome, RunOptions};
 use crate::output::write_atomic;
 use crate::sweep::{artifacts_for, rank_path};
 
+/// What synthetic ("fake") KV holds on the GPU.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SyntheticKvArg {
+    /// As if prefilled from the request's own tokens (the default).
+    Tokens,
+    /// Zeros, as a benchmark's synthetic injection leaves them.
+    Zero,
+}
+
+/// What the GPU's MoE layer routes on.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MoeInputArg {
+    /// Token ids (the default): routing ignores K/V content.
+    Token,
+    /// The attention output (hidden state): routing follows K/V content.
+    Hidden,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
     Sim,
@@ -42,6 +60,48 @@ pub struct ReplayArgs {
     /// byte-identical to what `kvsim sweep` wrote.
     #[arg(long)]
     pub artifact_out: Option<PathBuf>,
+    /// GPU: what synthetic KV (`fake_compute`) holds on the device.
+    #[arg(long, value_enum)]
+    pub synthetic_kv: Option<SyntheticKvArg>,
+    /// GPU: what the MoE layer routes on.
+    #[arg(long, value_enum)]
+    pub moe_input: Option<MoeInputArg>,
+    /// GPU: untimed runs of the whole program before the timed ones.
+    #[arg(long)]
+    pub warmup: Option<u32>,
+    /// GPU: timed runs; every reported time is the median over them.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// GPU: also time every launching op (its own events; costs host time per op).
+    #[arg(long)]
+    pub time_ops: bool,
+}
+
+impl ReplayArgs {
+    /// The GPU replay options these flags give.
+    pub fn gpu_options(&self) -> super::replay_gpu::GpuReplayOptions {
+        let mut o = super::replay_gpu::GpuReplayOptions::default();
+        o.lowering.synthetic_kv = match self.synthetic_kv {
+            Some(SyntheticKvArg::Zero) => kvsim_gpu::SyntheticKv::Zero,
+            _ => kvsim_gpu::SyntheticKv::Tokens,
+        };
+        o.lowering.moe_input = match self.moe_input {
+            Some(MoeInputArg::Hidden) => kvsim_gpu::MoeInput::Hidden,
+            _ => kvsim_gpu::MoeInput::Token,
+        };
+        o.warmup = self.warmup.unwrap_or(0);
+        o.repeat = self.repeat.unwrap_or(1);
+        o.time_ops = self.time_ops;
+        o
+    }
+
+    fn gpu_flags_given(&self) -> bool {
+        self.synthetic_kv.is_some()
+            || self.moe_input.is_some()
+            || self.warmup.is_some()
+            || self.repeat.is_some()
+            || self.time_ops
+    }
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -56,6 +116,11 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         None => None,
     };
     let report = match a.backend {
+        Backend::Sim if a.gpu_flags_given() => {
+            return Err(CliError::Input(
+                "--synthetic-kv, --moe-input, --warmup, --repeat and --time-ops are for the gpu backend".into(),
+            ))
+        }
         Backend::Sim => run_plan_opts(
             &plan,
             RunOptions {
@@ -74,7 +139,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
                 .out
                 .as_ref()
                 .ok_or_else(|| CliError::Input("--backend gpu needs --out".into()))?;
-            return super::replay_gpu::run(&plan, out);
+            return super::replay_gpu::run(&plan, out, &a.gpu_options());
         }
     };
     if let Some(out) = &a.out {

@@ -6,16 +6,70 @@
 //! violation or a plan/model mismatch, 2 no CUDA device (`no CUDA device: ...`), an unsupported
 //! scenario or a CUDA error.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use kvsim_core::plan::Plan;
-use kvsim_gpu::executor::ExecReport;
+use kvsim_gpu::executor::{median, ExecReport};
+use kvsim_gpu::layout::DeviceLayout;
 use kvsim_gpu::lower::AttnKernel;
+use kvsim_gpu::program::MoeOp;
 use kvsim_gpu::{lower_plan, no_device_reason, GpuError, GpuExecutor, LowerOptions, LoweredPlan};
 use serde_json::{json, Value};
 
 use super::{say, CliError};
+use crate::cost::desc::{describe, module_name, DescSource, DESC_VERSION};
+use crate::cost::{routing, run_json, RunOptions};
 use crate::exec::{plan_hash, run_plan, Outcome};
+
+/// How `kvsim replay --backend gpu` lowers and times a plan.
+#[derive(Clone, Debug)]
+pub struct GpuReplayOptions {
+    pub lowering: LowerOptions,
+    /// Untimed runs before the timed ones (module loading, first-touch effects).
+    pub warmup: u32,
+    /// Timed runs; every reported time is the median over them.
+    pub repeat: u32,
+    /// Time every launching op with its own events.
+    pub time_ops: bool,
+}
+
+impl Default for GpuReplayOptions {
+    fn default() -> Self {
+        GpuReplayOptions {
+            lowering: LowerOptions::default(),
+            warmup: 0,
+            repeat: 1,
+            time_ops: false,
+        }
+    }
+}
+
+/// What the device did, for the cost description: its resident CTAs and the routing counts of
+/// the first timed run.
+struct DeviceSource<'a> {
+    resident: &'a BTreeMap<String, u64>,
+    routes: BTreeMap<(usize, usize), Vec<u32>>,
+}
+
+impl DescSource for DeviceSource<'_> {
+    fn resident(&self, module: &str) -> u64 {
+        self.resident.get(module).copied().unwrap_or(1)
+    }
+
+    fn routing(&mut self, step: usize, op: usize, m: &MoeOp, layout: &DeviceLayout) -> routing::Routing {
+        match self.routes.get(&(step, op)) {
+            Some(c) => routing::Routing::from_counts(c, "measured"),
+            None => {
+                let e = layout.moe.map_or(1, |l| l.experts);
+                routing::expected_routing(m.tokens.len() as u64, m.top_k, e)
+            }
+        }
+    }
+}
+
+/// Every SM spins this long before each timed run, so clocks are up at step 0.
+const WARM_UP_MS: u32 = 30;
 
 /// Bytes of the device-to-device copy that gives the reference bandwidth.
 const COPY_BYTES: usize = 512 << 20;
@@ -39,6 +93,28 @@ fn driver_version() -> Option<String> {
 
 fn us(ms: f32) -> f64 {
     f64::from(ms) * 1000.0
+}
+
+/// The first run's report (violations, routes) with every time replaced by the median over
+/// `reports` (runs of one program: same steps, windows and timed ops).
+fn median_report(reports: &[ExecReport]) -> ExecReport {
+    let mut r = reports[0].clone();
+    let med = |f: &dyn Fn(&ExecReport) -> Option<f32>| median(&reports.iter().filter_map(f).collect::<Vec<_>>());
+    for (i, s) in r.steps.iter_mut().enumerate() {
+        s.device_ms = med(&|x| x.steps.get(i).map(|t| t.device_ms));
+        s.host_ns = med(&|x| x.steps.get(i).map(|t| t.host_ns as f32)) as u64;
+    }
+    for (i, p) in r.points.iter_mut().enumerate() {
+        p.device_ms = med(&|x| x.points.get(i).map(|t| t.device_ms));
+        p.host_ns = med(&|x| x.points.get(i).map(|t| t.host_ns as f32)) as u64;
+        p.wall_ns = p
+            .wall_ns
+            .map(|_| med(&|x| x.points.get(i).and_then(|t| t.wall_ns).map(|w| w as f32)) as u64);
+    }
+    for (i, o) in r.op_timings.iter_mut().enumerate() {
+        o.device_ms = med(&|x| x.op_timings.get(i).map(|t| t.device_ms));
+    }
+    r
 }
 
 fn gbps(bytes: u64, ms: f32) -> Option<f64> {
@@ -81,54 +157,118 @@ fn violations_json(l: &LoweredPlan, report: &ExecReport) -> Vec<Value> {
 }
 
 /// Runs the plan on the GPU and writes the result; returns the exit code.
-pub fn run(plan: &Plan, out: &std::path::Path) -> Result<ExitCode, CliError> {
+pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<ExitCode, CliError> {
     if let Some(reason) = no_device_reason() {
         return Err(CliError::Input(format!("no CUDA device: {reason}")));
     }
+    if ro.repeat == 0 {
+        return Err(CliError::Input("--repeat must be at least 1".into()));
+    }
     let hash = plan_hash(plan);
-    let lowered = lower_plan(plan, &LowerOptions::default()).map_err(|e| CliError::Input(e.to_string()))?;
+    let lowered = lower_plan(plan, &ro.lowering).map_err(|e| CliError::Input(e.to_string()))?;
     let sim = run_plan(plan);
-    let mut exec = GpuExecutor::new(lowered.program.layout.clone()).map_err(gpu_err)?;
+    let exec_options = kvsim_gpu::executor::ExecutorOptions {
+        spin_wait: true,
+        ..Default::default()
+    };
+    let mut exec = GpuExecutor::with_options(lowered.program.layout.clone(), &exec_options).map_err(gpu_err)?;
     let opts = kvsim_gpu::ExecOptions {
         seed: plan.scenario.seed,
+        time_ops: ro.time_ops,
+        warm_up_ms: WARM_UP_MS,
         ..kvsim_gpu::ExecOptions::default()
     };
-    let report = exec.execute(&lowered.program, &opts).map_err(gpu_err)?;
+    for _ in 0..ro.warmup {
+        exec.execute(&lowered.program, &opts).map_err(gpu_err)?;
+    }
+    let mut reports = Vec::with_capacity(ro.repeat as usize);
+    for _ in 0..ro.repeat {
+        reports.push(exec.execute(&lowered.program, &opts).map_err(gpu_err)?);
+    }
+    let report = median_report(&reports);
     let copy = exec.bench_copy(COPY_BYTES, 3, 10).map_err(gpu_err)?;
     let copy_gbps = copy.gbps();
     let info = exec.info().clone();
 
     let kv_bytes = lowered.decode_kv_bytes_per_step();
+    let spread = |f: &dyn Fn(&ExecReport) -> Option<f32>| -> Value {
+        let v: Vec<f32> = reports.iter().filter_map(f).collect();
+        let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = v.iter().copied().fold(0.0, f32::max);
+        json!([us(lo), us(hi)])
+    };
+    let mut op_times: BTreeMap<usize, Vec<Value>> = BTreeMap::new();
+    for t in &report.op_timings {
+        op_times
+            .entry(t.step)
+            .or_default()
+            .push(json!({"op": t.op, "kind": t.kind, "device_us": us(t.device_ms)}));
+    }
     let steps: Vec<Value> = report
         .steps
         .iter()
         .map(|t| {
             let bytes = kv_bytes.get(t.step).copied().unwrap_or(0);
-            json!({
+            let mut v = json!({
                 "step": lowered.steps.get(t.step),
                 "device_us": us(t.device_ms),
+                "device_us_range": spread(&|r| r.steps.get(t.step).map(|s| s.device_ms)),
                 "host_us": t.host_ns as f64 / 1000.0,
                 "decode_kv_bytes": bytes,
                 "kv_gbps": gbps(bytes, t.device_ms),
-            })
+            });
+            if let Some(ops) = op_times.remove(&t.step) {
+                v["ops"] = Value::Array(ops);
+            }
+            v
         })
         .collect();
     let points: Vec<Value> = report
         .points
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, p)| {
             let bytes: u64 = kv_bytes.get(p.step_begin..=p.step_end).map_or(0, |s| s.iter().sum());
             json!({
                 "point": p.point.0,
                 "step_begin": lowered.steps.get(p.step_begin),
                 "step_end": lowered.steps.get(p.step_end),
                 "device_us": us(p.device_ms),
+                "device_us_runs": reports.iter().filter_map(|r| r.points.get(i)).map(|q| us(q.device_ms)).collect::<Vec<_>>(),
                 "host_us": p.host_ns as f64 / 1000.0,
+                "wall_us": p.wall_ns.map(|n| n as f64 / 1000.0),
                 "decode_kv_bytes": bytes,
                 "kv_gbps": gbps(bytes, p.device_ms),
             })
         })
         .collect();
+    let resident: BTreeMap<String, u64> = lowered
+        .program
+        .layout
+        .groups
+        .iter()
+        .filter_map(AttnKernel::for_group)
+        .filter_map(|k| exec.resident_ctas(k).map(|n| (module_name(k), n)))
+        .collect();
+    let mut src = DeviceSource {
+        resident: &resident,
+        routes: reports[0]
+            .moe_routes
+            .iter()
+            .map(|r| ((r.step, r.op), r.tokens_per_expert.clone()))
+            .collect(),
+    };
+    let cost_steps = describe(plan, &lowered, info.sm_count, &mut src);
+    let run_opts = RunOptions {
+        lowering: ro.lowering.clone(),
+        time_ops: ro.time_ops,
+        sync_windows: opts.sync_windows,
+    };
+    let mut run_info = run_json(&run_opts);
+    run_info["warmup"] = json!(ro.warmup);
+    run_info["repeat"] = json!(ro.repeat);
+    run_info["spin_wait"] = json!(exec_options.spin_wait);
+    run_info["warm_up_ms"] = json!(WARM_UP_MS);
     let decode_only = kvsim_gpu::lower_plan::decode_only_steps(&lowered.program);
     let (mut total_bytes, mut decode_ms, mut decode_steps) = (0u64, 0f32, 0usize);
     for t in &report.steps {
@@ -210,6 +350,13 @@ pub fn run(plan: &Plan, out: &std::path::Path) -> Result<ExitCode, CliError> {
         },
         "layout": layout,
         "notes": lowered.notes,
+        "run": run_info,
+        "cost": {
+            "desc_version": DESC_VERSION,
+            "sm_count": info.sm_count,
+            "resident_ctas": resident,
+            "steps": cost_steps,
+        },
     });
     let mut text = serde_json::to_string_pretty(&result).expect("results serialize");
     text.push('\n');

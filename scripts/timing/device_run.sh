@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 8 on the device (docs/timing.md): the GPU runs that calibrate and evaluate the cost
+# model and the two experiments, in priority order, within a time budget.
+#
+# Run through the device tool with the script, kvsim, kvsim-gpu-bench and plans/ in one carried
+# folder (the script reads them from its own folder): kvsim,
+# kvsim-gpu-bench and plans/*.plan.json.gz (see
+# docs/timing.md, "Reproducing"). Writes $OUT/log.txt and $OUT/results.tar (gzip'd results,
+# appended after every run, so a cut-short call still brings back what finished).
+#
+# usage: device_run.sh BUDGET_SECONDS [RUN_NAME ...]   (no names: every run below)
+set -u -o pipefail
+budget=${1:-500}
+shift || true
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+N=$(find /usr/local /opt /usr/lib -name 'libnvrtc.so.13' 2>/dev/null | head -1)
+[ -n "$N" ] && export LD_LIBRARY_PATH=$(dirname "$N"):$LD_LIBRARY_PATH
+D=$(cd "$(dirname "$0")" && pwd)
+W=/tmp/kvsim-timing
+mkdir -p $W
+LOG=$OUT/log.txt
+start=$(date +%s)
+for f in $D/plans/*.plan.json.gz; do gunzip -c "$f" > $W/$(basename "$f" .gz); done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 | tee -a $LOG
+
+# name | plan | flags | timed runs
+RUNS="
+selfcheck|-|-|-
+ink-a.ops|inkling-a.native|--time-ops|3
+oss-a.ops|gpt-oss-a.native|--time-ops|3
+ink-a|inkling-a.native||5
+oss-a|gpt-oss-a.native||5
+ink-b|inkling-b.native||5
+oss-b|gpt-oss-b.native||5
+oss-a.zero.hidden|gpt-oss-a.synthetic|--synthetic-kv zero --moe-input hidden|3
+ink-a.synth|inkling-a.synthetic||3
+ink-a.hostwin|inkling-a.hostwin||3
+ink-a.hidden|inkling-a.native|--moe-input hidden|3
+oss-a.hidden|gpt-oss-a.native|--moe-input hidden|3
+ink-a.zero.hidden|inkling-a.synthetic|--synthetic-kv zero --moe-input hidden|3
+ink-a.zero.token|inkling-a.synthetic|--synthetic-kv zero|3
+glm53|glm53.native||3
+"
+
+want=" $* "
+while IFS='|' read -r name plan flags repeat; do
+  [ -z "$name" ] && continue
+  if [ $# -gt 0 ] && [[ "$want" != *" $name "* ]]; then continue; fi
+  now=$(date +%s)
+  if [ $((now - start)) -gt "$budget" ]; then echo "== budget spent, skipping $name" | tee -a $LOG; continue; fi
+  t0=$(date +%s.%N)
+  if [ "$name" = selfcheck ]; then
+    timeout 120 $D/kvsim-gpu-bench selfcheck --seed 8 > $W/selfcheck.log 2>&1; rc=$?
+    tail -25 $W/selfcheck.log >> $LOG
+  else
+    # shellcheck disable=SC2086
+    timeout 200 $D/kvsim replay $W/$plan.plan.json --backend gpu --warmup 1 --repeat "$repeat" $flags \
+      --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
+    cat $W/$name.log >> $LOG
+    [ -f $W/$name.gpu.json ] && gzip -c $W/$name.gpu.json > $W/$name.gpu.json.gz \
+      && (cd $W && tar rf $OUT/results.tar $name.gpu.json.gz)
+  fi
+  t1=$(date +%s.%N)
+  awk -v n="$name" -v r="$rc" -v a="$t0" -v b="$t1" 'BEGIN{printf "== %s rc=%s %.1f s\n", n, r, b - a}' | tee -a $LOG
+done <<< "$RUNS"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 | tee -a $LOG

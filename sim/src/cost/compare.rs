@@ -1,0 +1,172 @@
+//! Predicted vs measured: per benchmark point (timed window) and per step.
+
+use serde::Serialize;
+
+use super::results::{GpuResults, Prediction};
+
+/// One point, predicted and measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PointCmp {
+    /// Which pair of files it came from (the scenario name, or the file index).
+    pub label: String,
+    pub point: u64,
+    pub batch: u64,
+    /// Total KV read of its first decode step, in tokens (sum over the batch).
+    pub ctx_tokens: u64,
+    pub decode_only: bool,
+    pub predicted_us: f64,
+    pub measured_us: f64,
+    /// (predicted - measured) / measured, in percent.
+    pub error_pct: f64,
+    /// The point's retained sample (its last timed step, timed by the device as a step):
+    /// predicted and measured device time, and the error in percent.
+    pub retained_predicted_us: Option<f64>,
+    pub retained_measured_us: Option<f64>,
+    pub retained_error_pct: Option<f64>,
+}
+
+/// The first step (in program order) whose prediction misses by more than the tolerance.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Divergence {
+    pub label: String,
+    /// Program step index and plan step.
+    pub index: usize,
+    pub step: u64,
+    pub predicted_us: f64,
+    pub measured_us: f64,
+    pub error_pct: f64,
+}
+
+/// One (prediction, measurement) pair compared.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PairCmp {
+    pub label: String,
+    pub points: Vec<PointCmp>,
+    pub steps_compared: usize,
+    pub mape_steps: Option<f64>,
+    pub first_divergence: Option<Divergence>,
+}
+
+/// Why two files cannot be compared.
+pub fn check_pair(pred: &Prediction, gpu: &GpuResults) -> Result<(), String> {
+    if pred.plan_hash != gpu.plan_hash {
+        return Err(format!(
+            "the prediction is for plan {} but the GPU results are of plan {}",
+            pred.plan_hash, gpu.plan_hash
+        ));
+    }
+    if pred.run != gpu.run {
+        return Err(format!(
+            "the prediction assumed {:?} but the GPU run was {:?}; predict with the same --synthetic-kv, --moe-input and --time-ops",
+            pred.run, gpu.run
+        ));
+    }
+    if pred.steps.len() != gpu.steps.len() {
+        return Err(format!(
+            "{} predicted steps but {} measured",
+            pred.steps.len(),
+            gpu.steps.len()
+        ));
+    }
+    Ok(())
+}
+
+fn pct(pred: f64, meas: f64) -> f64 {
+    if meas > 0.0 {
+        100.0 * (pred - meas) / meas
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Compares one checked pair; steps diverge at `tolerance_pct`.
+pub fn compare_pair(label: &str, pred: &Prediction, gpu: &GpuResults, tolerance_pct: f64) -> PairCmp {
+    let mut points = Vec::new();
+    for m in &gpu.points {
+        if let Some(p) = pred.points.iter().find(|p| p.point == m.point) {
+            let retained_measured_us = p
+                .retained_step
+                .and_then(|s| gpu.steps.iter().find(|x| x.step == s))
+                .map(|x| x.device_us);
+            let retained_error_pct = match (p.retained_device_us, retained_measured_us) {
+                (Some(a), Some(b)) => Some(pct(a, b)),
+                _ => None,
+            };
+            points.push(PointCmp {
+                retained_predicted_us: p.retained_device_us,
+                retained_measured_us,
+                retained_error_pct,
+                label: label.to_string(),
+                point: m.point,
+                batch: p.batch,
+                ctx_tokens: p.ctx_tokens,
+                decode_only: p.decode_only,
+                predicted_us: p.device_us,
+                measured_us: m.device_us,
+                error_pct: pct(p.device_us, m.device_us),
+            });
+        }
+    }
+    points.sort_by_key(|p| p.point);
+    let mut errs = Vec::new();
+    let mut first = None;
+    for (i, (p, m)) in pred.steps.iter().zip(&gpu.steps).enumerate() {
+        if m.device_us <= 0.0 {
+            continue;
+        }
+        let e = pct(p.device_us, m.device_us);
+        errs.push(e.abs());
+        if first.is_none() && e.abs() > tolerance_pct {
+            first = Some(Divergence {
+                label: label.to_string(),
+                index: i,
+                step: m.step,
+                predicted_us: p.device_us,
+                measured_us: m.device_us,
+                error_pct: e,
+            });
+        }
+    }
+    PairCmp {
+        label: label.to_string(),
+        steps_compared: errs.len(),
+        mape_steps: mean(&errs),
+        first_divergence: first,
+        points,
+    }
+}
+
+/// Mean of a sample; `None` for none.
+pub fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+/// Mean absolute percentage error of points (those `keep` selects).
+pub fn mape_points(points: &[PointCmp], keep: impl Fn(&PointCmp) -> bool) -> Option<f64> {
+    let errs: Vec<f64> = points.iter().filter(|p| keep(p)).map(|p| p.error_pct.abs()).collect();
+    mean(&errs)
+}
+
+/// The `n` points with the largest absolute errors, largest first (ties: label, point).
+pub fn worst(points: &[PointCmp], n: usize) -> Vec<PointCmp> {
+    let mut v = points.to_vec();
+    v.sort_by(|a, b| {
+        b.error_pct
+            .abs()
+            .total_cmp(&a.error_pct.abs())
+            .then_with(|| a.label.cmp(&b.label))
+            .then(a.point.cmp(&b.point))
+    });
+    v.truncate(n);
+    v
+}
+
+/// Mean absolute percentage error of the points' retained samples (those `keep` selects).
+pub fn mape_retained(points: &[PointCmp], keep: impl Fn(&PointCmp) -> bool) -> Option<f64> {
+    let errs: Vec<f64> = points
+        .iter()
+        .filter(|p| keep(p))
+        .filter_map(|p| p.retained_error_pct.map(f64::abs))
+        .collect();
+    mean(&errs)
+}

@@ -1,0 +1,491 @@
+//! The cost model: one stream, two clocks.
+//!
+//! The GPU backend issues every op of a program from one host thread onto one CUDA stream,
+//! asynchronously. The model replays that: a host clock advances by what issuing costs (per
+//! step, per launch, per event, per synchronisation, host work), a device clock by what each
+//! kernel costs, and a kernel starts at `max(device free, host issued it)`. A step's time is
+//! from its first event to its last, as the executor's CUDA events measure it; a timed window's
+//! likewise; a window also has a wall time (host clock, synchronised at both ends).
+//!
+//! Each kernel's device time is an additive roofline over the profile's rates: a fixed cost
+//! plus the larger of a bandwidth term and a latency/serial term where the kernel has both
+//! (decode: K/V bytes vs waves of CTA iterations; MoE GEMMs: expert weight bytes vs
+//! multiply-accumulates vs the most loaded expert's serial work).
+//!
+//! Every time is carried as a [`Lin`]: its value plus its coefficients over the parameters, so
+//! that a time is exactly `coef . params + konst` along the critical path the values chose.
+//! Calibration ([`super::fit`]) solves for the parameters on those linearisations.
+
+use super::desc::{Family, OpDesc, StepDesc};
+use super::profile::Params;
+
+/// Parameter indices (positions in [`Params::NAMES`]).
+mod ix {
+    pub const HOST_STEP: usize = 0;
+    pub const HOST_STEP_END: usize = 1;
+    pub const HOST_LAUNCH: usize = 2;
+    pub const HOST_EVENT: usize = 3;
+    pub const HOST_SYNC: usize = 4;
+    pub const HOST_WAKE: usize = 5;
+    pub const HOST_DEEP_WAKE: usize = 6;
+    pub const HOST_WORK_OP: usize = 7;
+    pub const HOST_WORK_TOKEN: usize = 8;
+    pub const GPU_KERNEL: usize = 9;
+    pub const WRITE_ROW: usize = 10;
+    pub const WRITE_ELEM: usize = 11;
+    pub const ZERO_BYTE: usize = 12;
+    pub const COPY_BYTE: usize = 13;
+    pub const BLOCK_OP: usize = 14;
+    pub const STATE_SERIAL: usize = 15;
+    pub const MOE_ROUTE_MAC: usize = 16;
+    pub const MOE_ROUTE_SERIAL: usize = 17;
+    pub const MOE_WEIGHT_BYTE: usize = 18;
+    pub const MOE_L2_BYTE: usize = 19;
+    pub const MOE_COLD: usize = 20;
+    pub const MOE_MAC: usize = 21;
+    pub const MOE_SERIAL: usize = 22;
+    pub const MOE_SERIAL_EXPERT: usize = 23;
+    pub const MMA_BYTE: usize = 24;
+    pub const MMA_ITER: usize = 25;
+    pub const GENERIC_BYTE: usize = 26;
+    pub const GENERIC_ITER: usize = 27;
+    pub const LATENT_BYTE: usize = 28;
+    pub const LATENT_ITER: usize = 29;
+    pub const ATTN_WAVE: usize = 30;
+    pub const ATTN_SPLIT: usize = 31;
+    pub const COUNT: usize = 32;
+}
+
+/// A time in nanoseconds, linear in the parameters along the path that produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lin {
+    pub value: f64,
+    /// Coefficient of each parameter (units of it on the path).
+    pub coef: Vec<f64>,
+    /// Nanoseconds that are no parameter's (measured host work).
+    pub konst: f64,
+}
+
+impl Lin {
+    pub fn zero() -> Lin {
+        Lin {
+            value: 0.0,
+            coef: vec![0.0; ix::COUNT],
+            konst: 0.0,
+        }
+    }
+
+    /// `units` of parameter `i`.
+    fn term(p: &[f64], i: usize, units: f64) -> Lin {
+        let mut l = Lin::zero();
+        l.add_term(p, i, units);
+        l
+    }
+
+    fn add_term(&mut self, p: &[f64], i: usize, units: f64) {
+        self.coef[i] += units;
+        self.value += units * p[i];
+    }
+
+    fn add_const(&mut self, ns: f64) {
+        self.konst += ns;
+        self.value += ns;
+    }
+
+    fn add(&mut self, o: &Lin) {
+        for (a, b) in self.coef.iter_mut().zip(&o.coef) {
+            *a += b;
+        }
+        self.konst += o.konst;
+        self.value += o.value;
+    }
+
+    fn scaled(&self, k: f64) -> Lin {
+        Lin {
+            value: self.value * k,
+            coef: self.coef.iter().map(|c| c * k).collect(),
+            konst: self.konst * k,
+        }
+    }
+
+    fn sub(&self, o: &Lin) -> Lin {
+        Lin {
+            value: self.value - o.value,
+            coef: self.coef.iter().zip(&o.coef).map(|(a, b)| a - b).collect(),
+            konst: self.konst - o.konst,
+        }
+    }
+
+    /// The larger (the first on a tie).
+    fn max(a: &Lin, b: &Lin) -> Lin {
+        if b.value > a.value {
+            b.clone()
+        } else {
+            a.clone()
+        }
+    }
+
+    /// The value recomputed from other parameters (same path).
+    pub fn eval(&self, p: &[f64]) -> f64 {
+        self.coef.iter().zip(p).map(|(c, v)| c * v).sum::<f64>() + self.konst
+    }
+}
+
+/// How host work inside windows is costed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostWork {
+    /// The nanoseconds the description carries (what the device machine measured).
+    Measured,
+    /// From the profile (`host_work_op_ns`, `host_work_token_ns`): a prediction.
+    Predicted,
+}
+
+/// How the executor ran (what the model replays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunShape {
+    /// Per-op events (`--time-ops`).
+    pub time_ops: bool,
+    /// Windows open and close on a synchronised stream.
+    pub sync_windows: bool,
+    pub host_work: HostWork,
+}
+
+/// One timed window's predicted times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowTime {
+    pub point: u64,
+    /// Program step indices where it opened and closed.
+    pub step_begin: usize,
+    pub step_end: usize,
+    pub device: Lin,
+    pub wall: Lin,
+}
+
+/// One launching op's predicted device time (between its events with `time_ops`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTime {
+    pub step: usize,
+    pub op: usize,
+    pub device: Lin,
+}
+
+/// What [`simulate`] predicts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    /// Per program step: device time between its events.
+    pub steps: Vec<Lin>,
+    pub windows: Vec<WindowTime>,
+    /// With `time_ops`: per launching op.
+    pub ops: Vec<OpTime>,
+}
+
+/// A synchronisation that waited longer than this for the device makes the next launch cost
+/// `host_wake_ns` more, and longer than [`DEEP_WAKE_AFTER_NS`] `host_deep_wake_ns` more again.
+const WAKE_AFTER_NS: f64 = 2e6;
+const DEEP_WAKE_AFTER_NS: f64 = 2e7;
+
+/// CTAs of the MoE router resident at once (128-thread CTAs, 16 per SM, 132 SMs).
+const ROUTE_RESIDENT_CTAS: u64 = 16 * 132;
+
+/// Device time of each kernel an op launches, in issue order.
+pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
+    let kernel = |extra: Lin| {
+        let mut l = Lin::term(p, ix::GPU_KERNEL, 1.0);
+        l.add(&extra);
+        l
+    };
+    match op {
+        OpDesc::WriteKv { rows, elems, .. } => {
+            let mut l = Lin::term(p, ix::WRITE_ROW, *rows as f64);
+            l.add_term(p, ix::WRITE_ELEM, *elems as f64);
+            vec![kernel(l)]
+        }
+        OpDesc::Decode { launches } => launches
+            .iter()
+            .map(|a| {
+                let (byte, iter) = match a.family {
+                    Family::Mma => (ix::MMA_BYTE, ix::MMA_ITER),
+                    Family::Generic => (ix::GENERIC_BYTE, ix::GENERIC_ITER),
+                    Family::Latent => (ix::LATENT_BYTE, ix::LATENT_ITER),
+                };
+                // Wave by wave: a wave of resident CTAs takes the larger of moving its bytes
+                // and one CTA's walk over its split (a start-up plus its 128-position
+                // iterations); the last wave may be partial.
+                let resident = a.resident.max(1);
+                let per_cta = a.bytes as f64 / a.ctas.max(1) as f64;
+                let (full, rest) = (a.ctas / resident, a.ctas % resident);
+                let mut lat = Lin::term(p, ix::ATTN_WAVE, 1.0);
+                lat.add_term(p, iter, a.iters());
+                if a.nsplit > 1 {
+                    lat.add_term(p, ix::ATTN_SPLIT, f64::from(a.nsplit));
+                }
+                let wave = |ctas: u64| Lin::max(&Lin::term(p, byte, ctas as f64 * per_cta), &lat);
+                let mut t = Lin::zero();
+                if full > 0 {
+                    t.add(&wave(resident).scaled(full as f64));
+                }
+                if rest > 0 {
+                    t.add(&wave(rest));
+                }
+                kernel(t)
+            })
+            .collect(),
+        OpDesc::StateUpdate { serial, .. } => vec![kernel(Lin::term(p, ix::STATE_SERIAL, *serial as f64))],
+        OpDesc::ZeroBlocks { blocks, bytes } | OpDesc::CopyBlocks { blocks, bytes } => {
+            if *blocks == 0 {
+                return Vec::new();
+            }
+            let byte = if matches!(op, OpDesc::ZeroBlocks { .. }) {
+                ix::ZERO_BYTE
+            } else {
+                ix::COPY_BYTE
+            };
+            let mut l = Lin::term(p, byte, *bytes as f64);
+            l.add_term(p, ix::BLOCK_OP, *blocks as f64);
+            vec![kernel(l)]
+        }
+        OpDesc::Moe {
+            tokens,
+            experts,
+            hidden,
+            ffn,
+            routing,
+            ..
+        } => {
+            let (h, f, e) = (f64::from(*hidden), f64::from(*ffn), f64::from(*experts));
+            // Router: one CTA per token scores every expert (warps take experts in turn).
+            let mut route = Lin::term(p, ix::MOE_ROUTE_MAC, *tokens as f64 * e * h);
+            route.add_term(p, ix::MOE_ROUTE_SERIAL, e * tokens.div_ceil(ROUTE_RESIDENT_CTAS) as f64);
+            let gemm = |inner: f64| {
+                // up (inner = hidden) and down (inner = ffn): weights F x H per chosen expert,
+                // pairs x F x H multiply-adds, and the most loaded expert's CTA walking its
+                // tokens one by one.
+                let w = f * h * 2.0;
+                let mut l = Lin::term(p, ix::MOE_WEIGHT_BYTE, routing.fresh * w);
+                l.add_term(p, ix::MOE_L2_BYTE, (routing.active - routing.fresh).max(0.0) * w);
+                l.add_term(p, ix::MOE_COLD, routing.fresh.min(1.0));
+                l.add_term(p, ix::MOE_MAC, routing.pairs as f64 * f * h);
+                l.add_term(p, ix::MOE_SERIAL, routing.max_load * inner);
+                l.add_term(p, ix::MOE_SERIAL_EXPERT, routing.max_load * e);
+                kernel(l)
+            };
+            vec![kernel(Lin::zero()), kernel(route), gemm(h), gemm(f)]
+        }
+        OpDesc::Merged | OpDesc::BeginTimed { .. } | OpDesc::EndTimed { .. } | OpDesc::HostWork { .. } => Vec::new(),
+    }
+}
+
+/// Host time of a host-work op.
+fn host_work(op: &OpDesc, p: &[f64], how: HostWork) -> Lin {
+    let OpDesc::HostWork {
+        tokens, measured_ns, ..
+    } = op
+    else {
+        return Lin::zero();
+    };
+    match (how, measured_ns) {
+        (HostWork::Measured, Some(ns)) => {
+            let mut l = Lin::zero();
+            l.add_const(*ns as f64);
+            l
+        }
+        _ => {
+            let mut l = Lin::term(p, ix::HOST_WORK_OP, 1.0);
+            l.add_term(p, ix::HOST_WORK_TOKEN, *tokens as f64);
+            l
+        }
+    }
+}
+
+/// Replays the executor's issue loop over `steps` with parameters `params`.
+pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timeline {
+    let p = params.to_vec();
+    debug_assert_eq!(p.len(), ix::COUNT, "ix matches Params::NAMES");
+    let mut host = Lin::zero();
+    let mut dev = Lin::zero();
+    let mut out = Timeline {
+        steps: Vec::with_capacity(steps.len()),
+        windows: Vec::new(),
+        ops: Vec::new(),
+    };
+    // (point, step, device at open, host at open)
+    let mut open: Option<(u64, usize, Lin, Lin)> = None;
+    // How long the last window's synchronisation waited (ns), until the next launch.
+    let mut wake = 0.0f64;
+    for (si, step) in steps.iter().enumerate() {
+        host.add_term(&p, ix::HOST_STEP, 1.0);
+        let e0 = Lin::max(&dev, &host);
+        for (oi, op) in step.ops.iter().enumerate() {
+            match op {
+                OpDesc::BeginTimed { point } => {
+                    let mut waited = 0.0f64;
+                    if shape.sync_windows {
+                        waited = dev.value - host.value;
+                        host = Lin::max(&host, &dev);
+                        host.add_term(&p, ix::HOST_SYNC, 1.0);
+                    }
+                    host.add_term(&p, ix::HOST_EVENT, 1.0);
+                    open = Some((*point, si, Lin::max(&dev, &host), host.clone()));
+                    // After a long wait the window's first launch comes late.
+                    wake = waited;
+                }
+                OpDesc::EndTimed { point } => {
+                    host.add_term(&p, ix::HOST_EVENT, 1.0);
+                    let end = Lin::max(&dev, &host);
+                    if shape.sync_windows {
+                        host = Lin::max(&host, &dev);
+                        host.add_term(&p, ix::HOST_SYNC, 1.0);
+                    }
+                    if let Some((pt, sb, d0, h0)) = open.take() {
+                        debug_assert_eq!(pt, *point, "windows do not nest");
+                        out.windows.push(WindowTime {
+                            point: pt,
+                            step_begin: sb,
+                            step_end: si,
+                            device: end.sub(&d0),
+                            wall: host.sub(&h0),
+                        });
+                    }
+                }
+                OpDesc::HostWork { .. } => host.add(&host_work(op, &p, shape.host_work)),
+                _ => {
+                    let timed = shape.time_ops && op.timing_kind().is_some();
+                    let mut before = None;
+                    if timed {
+                        host.add_term(&p, ix::HOST_EVENT, 1.0);
+                        before = Some(Lin::max(&dev, &host));
+                    }
+                    for k in kernel_times(op, &p) {
+                        host.add_term(&p, ix::HOST_LAUNCH, 1.0);
+                        let waited = std::mem::take(&mut wake);
+                        if waited > WAKE_AFTER_NS {
+                            host.add_term(&p, ix::HOST_WAKE, 1.0);
+                        }
+                        if waited > DEEP_WAKE_AFTER_NS {
+                            host.add_term(&p, ix::HOST_DEEP_WAKE, 1.0);
+                        }
+                        dev = Lin::max(&dev, &host);
+                        dev.add(&k);
+                    }
+                    if let Some(b) = before {
+                        host.add_term(&p, ix::HOST_EVENT, 1.0);
+                        let after = Lin::max(&dev, &host);
+                        out.ops.push(OpTime {
+                            step: si,
+                            op: oi,
+                            device: after.sub(&b),
+                        });
+                    }
+                }
+            }
+        }
+        // The closing event: recorded after the last op, processed after the device's work.
+        host.add_term(&p, ix::HOST_STEP_END, 1.0);
+        let mut dev_end = dev.clone();
+        dev_end.add_term(&p, ix::HOST_STEP_END, 1.0);
+        let e1 = Lin::max(&dev_end, &host);
+        out.steps.push(e1.sub(&e0));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::desc::AttnDesc;
+    use super::*;
+
+    #[test]
+    fn parameter_indices_match_the_names() {
+        let names = Params::NAMES;
+        assert_eq!(names.len(), ix::COUNT);
+        for (i, n) in [
+            (ix::HOST_STEP, "host_step_ns"),
+            (ix::HOST_LAUNCH, "host_launch_ns"),
+            (ix::HOST_WAKE, "host_wake_ns"),
+            (ix::HOST_WORK_TOKEN, "host_work_token_ns"),
+            (ix::GPU_KERNEL, "gpu_kernel_ns"),
+            (ix::BLOCK_OP, "block_op_ns"),
+            (ix::MOE_ROUTE_SERIAL, "moe_route_serial_ns"),
+            (ix::MOE_L2_BYTE, "moe_l2_byte_ns"),
+            (ix::MOE_SERIAL, "moe_serial_ns"),
+            (ix::MOE_SERIAL_EXPERT, "moe_serial_expert_ns"),
+            (ix::MMA_BYTE, "attn_mma_byte_ns"),
+            (ix::LATENT_ITER, "attn_latent_iter_ns"),
+            (ix::ATTN_WAVE, "attn_wave_ns"),
+        ] {
+            assert_eq!(names[i], n);
+        }
+    }
+
+    fn decode(bytes: u64) -> OpDesc {
+        OpDesc::Decode {
+            launches: vec![AttnDesc {
+                module: "attn_mma_d128_h4".into(),
+                family: Family::Mma,
+                seqs: 32,
+                bytes,
+                ctas: 512,
+                resident: 264,
+                nsplit: 1,
+                split_tokens: 1024,
+            }],
+        }
+    }
+
+    fn step(ops: Vec<OpDesc>) -> StepDesc {
+        StepDesc {
+            step: 0,
+            batch: 1,
+            new_tokens: 1,
+            ctx_tokens: 1,
+            kv_bytes: 0,
+            decode_only: true,
+            ops,
+        }
+    }
+
+    #[test]
+    fn linearisation_reproduces_the_value() {
+        let shape = RunShape {
+            time_ops: true,
+            sync_windows: true,
+            host_work: HostWork::Measured,
+        };
+        let steps = vec![step(vec![
+            OpDesc::BeginTimed { point: 3 },
+            OpDesc::HostWork {
+                origin: "cache_blocks".into(),
+                tokens: 64,
+                measured_ns: Some(7000),
+            },
+            OpDesc::WriteKv {
+                group: 0,
+                rows: 64,
+                elems: 64 * 4096,
+            },
+            decode(600_000_000),
+            OpDesc::EndTimed { point: 3 },
+        ])];
+        let params = Params::h200();
+        let t = simulate(&steps, &params, shape);
+        let p = params.to_vec();
+        for l in t
+            .steps
+            .iter()
+            .chain(t.windows.iter().map(|w| &w.device))
+            .chain(t.ops.iter().map(|o| &o.device))
+        {
+            assert!((l.eval(&p) - l.value).abs() < 1e-6 * l.value.max(1.0), "{l:?}");
+        }
+        assert_eq!(t.windows.len(), 1);
+        assert_eq!(t.ops.len(), 2);
+        // A big decode is bandwidth bound: about bytes x attn_mma_byte_ns.
+        let d = t.ops[1].device.value;
+        assert!(
+            d > 600e6 * params.attn_mma_byte_ns && d < 600e6 * params.attn_mma_byte_ns * 1.1,
+            "{d}"
+        );
+        // The window includes the host work (the device idles while the host spins).
+        assert!(t.windows[0].device.value > 7000.0 + d);
+    }
+}

@@ -1,0 +1,276 @@
+//! The hardware profile: every parameter of the cost model, named, in nanoseconds per unit.
+//!
+//! A profile is data (`kvsim-profile/1` JSON): the built-in `h200` holds roofline defaults
+//! (datasheet-like rates and guessed overheads, not measured); `kvsim calibrate` writes one
+//! fitted to GPU results. Every prediction carries the name, the hash and the parameters of the
+//! profile it came from.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The profile format tag.
+pub const PROFILE_FORMAT: &str = "kvsim-profile/1";
+
+macro_rules! params {
+    ($( $(#[doc = $doc:literal])* $name:ident = $default:expr ),+ $(,)?) => {
+        /// The model's parameters (nanoseconds per unit; the unit is in each name's doc).
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Params {
+            $( $(#[doc = $doc])* pub $name: f64, )+
+        }
+
+        impl Params {
+            /// Parameter names, in the order of [`Params::to_vec`].
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),+];
+
+            /// The H200 roofline defaults.
+            pub fn h200() -> Params {
+                Params { $( $name: $default, )+ }
+            }
+
+            pub fn to_vec(&self) -> Vec<f64> {
+                vec![$(self.$name),+]
+            }
+
+            /// The inverse of [`Params::to_vec`] (`v` has one value per name).
+            pub fn from_vec(v: &[f64]) -> Params {
+                assert_eq!(v.len(), Self::NAMES.len(), "one value per parameter");
+                let mut it = v.iter().copied();
+                Params { $( $name: it.next().expect("length checked"), )+ }
+            }
+        }
+    };
+}
+
+params! {
+    /// Host: per step (its two events, the loop).
+    host_step_ns = 3000.0,
+    /// Host: from a step's last op to its closing event (the end-of-step event record).
+    host_step_end_ns = 1300.0,
+    /// Host: per kernel launch (memsets included).
+    host_launch_ns = 2900.0,
+    /// Host: per extra event record (per-op timing, window marks).
+    host_event_ns = 800.0,
+    /// Host: per stream synchronisation (timed windows open and close on an idle device).
+    host_sync_ns = 10000.0,
+    /// Host: extra cost of the first launch after a synchronisation that waited more than 2 ms
+    /// for the device (seen on the H200 machine: the issuing thread comes back slow).
+    host_wake_ns = 12000.0,
+    /// Host: further extra cost of that launch when the wait was longer than 20 ms.
+    host_deep_wake_ns = 20000.0,
+    /// Host: predicted host work (block registration and other scheduler bookkeeping inside a
+    /// timed window), per plan op.
+    host_work_op_ns = 500.0,
+    /// Host: predicted host work per token a `cache_blocks` op registers.
+    host_work_token_ns = 2.0,
+    /// Device: fixed cost of one kernel (launch latency, ramp, tail).
+    gpu_kernel_ns = 1600.0,
+    /// `write_kv`: per CTA (one written token x one layer).
+    write_row_ns = 1.0,
+    /// `write_kv`: per K/V element written (bf16; V is transposed, so writes are scattered).
+    write_elem_ns = 0.004,
+    /// `zero_blocks`: per byte zeroed.
+    zero_byte_ns = 0.0003,
+    /// `copy_blocks`: per byte read or written.
+    copy_byte_ns = 0.0003,
+    /// `zero_blocks` / `copy_blocks`: per block.
+    block_op_ns = 50.0,
+    /// `state_update`: per serial step of one thread (state elements per thread x tokens).
+    state_serial_ns = 15.0,
+    /// MoE router: per multiply-accumulate (tokens x experts x hidden), throughput.
+    moe_route_mac_ns = 0.0001,
+    /// MoE router: per expert a CTA scores one after the other (experts x waves of tokens).
+    moe_route_serial_ns = 100.0,
+    /// MoE expert GEMMs: per weight byte of the chosen experts the previous MoE op did not use
+    /// (from DRAM).
+    moe_weight_byte_ns = 0.00004,
+    /// MoE expert GEMMs: per weight byte of chosen experts the previous MoE op used (L2).
+    moe_l2_byte_ns = 0.00002,
+    /// MoE expert GEMMs: once per GEMM when some chosen expert is fresh (its CTAs' first pass
+    /// over their weight rows misses the caches).
+    moe_cold_ns = 10000.0,
+    /// MoE expert GEMMs: per multiply-accumulate (tokens x top-k x ffn x hidden), throughput.
+    moe_mac_ns = 0.0003,
+    /// MoE expert GEMMs: per unit of the most loaded expert's serial work, its tokens x the
+    /// dot length (hidden for up, ffn for down): one CTA walks its tokens one by one.
+    moe_serial_ns = 7.0,
+    /// MoE expert GEMMs: per token of the most loaded expert x experts (empirical: the serial
+    /// cost per token grew with the expert count on the H200, cause not identified).
+    moe_serial_expert_ns = 150.0,
+    /// Decode, tensor-core kernel: per K/V byte read.
+    attn_mma_byte_ns = 0.00026,
+    /// Decode, tensor-core kernel: per wave x 128-position iterations of one CTA.
+    attn_mma_iter_ns = 1500.0,
+    /// Decode, CUDA-core generic kernel: per K/V byte read.
+    attn_generic_byte_ns = 0.0015,
+    /// Decode, generic kernel: per wave x 128-position iterations of one CTA.
+    attn_generic_iter_ns = 6000.0,
+    /// Decode, MLA latent kernel: per latent byte read.
+    attn_latent_byte_ns = 0.004,
+    /// Decode, latent kernel: per wave x 128-position iterations of one CTA.
+    attn_latent_iter_ns = 6000.0,
+    /// Decode: per wave of CTAs (start-up).
+    attn_wave_ns = 2000.0,
+    /// Decode: per split of a request the last CTA of its split group combines.
+    attn_split_ns = 700.0,
+}
+
+/// A named parameter set, with what the device's decode kernels keep resident.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Always "kvsim-profile/1".
+    pub format: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Streaming multiprocessors (the split heuristic and wave counts use it).
+    pub sm_count: u32,
+    /// Decode CTAs resident on the whole device, per kernel module (`attn_mma_d128_h4`, ...);
+    /// a kernel not listed gets [`Profile::default_resident`].
+    #[serde(default)]
+    pub resident_ctas: BTreeMap<String, u64>,
+    pub params: Params,
+    /// Where a calibrated profile came from (not part of its hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<serde_json::Value>,
+}
+
+impl Profile {
+    /// The built-in H200 defaults (uncalibrated).
+    pub fn h200() -> Profile {
+        Profile {
+            format: PROFILE_FORMAT.into(),
+            name: "h200".into(),
+            description: "NVIDIA H200 roofline defaults (datasheet-like rates, guessed overheads; uncalibrated)".into(),
+            sm_count: 132,
+            resident_ctas: BTreeMap::new(),
+            params: Params::h200(),
+            provenance: None,
+        }
+    }
+
+    /// Resident CTAs of a decode kernel module the profile does not list: two per SM (the
+    /// tensor-core kernel's launch bound).
+    pub fn default_resident(&self) -> u64 {
+        2 * u64::from(self.sm_count)
+    }
+
+    /// Resident CTAs of decode kernel module `module`.
+    pub fn resident(&self, module: &str) -> u64 {
+        self.resident_ctas
+            .get(module)
+            .copied()
+            .unwrap_or_else(|| self.default_resident())
+    }
+
+    /// Every problem with the profile; empty when it can be used.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.format != PROFILE_FORMAT {
+            out.push(format!("format {:?}, expected {PROFILE_FORMAT:?}", self.format));
+        }
+        if self.name.is_empty() {
+            out.push("name is empty".into());
+        }
+        if self.sm_count == 0 {
+            out.push("sm_count must be > 0".into());
+        }
+        for (name, v) in Params::NAMES.iter().zip(self.params.to_vec()) {
+            if !v.is_finite() || v < 0.0 {
+                out.push(format!("params.{name} = {v}: must be finite and >= 0"));
+            }
+        }
+        for (k, &v) in &self.resident_ctas {
+            if v == 0 {
+                out.push(format!("resident_ctas.{k} must be > 0"));
+            }
+        }
+        out
+    }
+
+    /// Digest of what determines predictions: name, SM count, resident CTAs and parameters
+    /// (canonical JSON, xxh3-64). Parameters enter with 12 significant digits, so the hash
+    /// survives a round trip through a JSON parser that is off by an ulp.
+    pub fn hash(&self) -> String {
+        let params: Vec<String> = self.params.to_vec().iter().map(|v| format!("{v:.11e}")).collect();
+        let key = serde_json::json!({
+            "name": self.name,
+            "sm_count": self.sm_count,
+            "resident_ctas": self.resident_ctas,
+            "params": params,
+        });
+        let text = serde_json::to_string(&key).expect("profiles serialize");
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+    }
+
+    /// What a prediction records about its profile.
+    pub fn stamp(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "hash": self.hash(),
+            "sm_count": self.sm_count,
+            "resident_ctas": self.resident_ctas,
+            "params": self.params,
+        })
+    }
+}
+
+/// Loads a profile: a built-in name (`h200`) or a `kvsim-profile/1` file, strictly.
+pub fn load_profile(arg: &str) -> Result<Profile, String> {
+    if arg == "h200" {
+        return Ok(Profile::h200());
+    }
+    let text = std::fs::read_to_string(arg).map_err(|e| format!("cannot read profile {arg}: {e}"))?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    let p: Profile =
+        serde_path_to_error::deserialize(de).map_err(|e| format!("{arg}: at $.{}: {}", e.path(), e.inner()))?;
+    let problems = p.problems();
+    if !problems.is_empty() {
+        return Err(format!("{arg}: {}", problems.join("; ")));
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_round_trip_through_vectors_and_json() {
+        let p = Params::h200();
+        assert_eq!(Params::from_vec(&p.to_vec()), p);
+        assert_eq!(Params::NAMES.len(), p.to_vec().len());
+        let prof = Profile::h200();
+        let text = serde_json::to_string(&prof).unwrap();
+        let back: Profile = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, prof);
+        assert_eq!(back.hash(), prof.hash());
+        // An ulp off (a lossy float parser) is the same profile.
+        let mut near = prof.clone();
+        near.params.attn_mma_byte_ns = f64::from_bits(near.params.attn_mma_byte_ns.to_bits() + 1);
+        assert_eq!(near.hash(), prof.hash());
+        assert!(prof.problems().is_empty());
+    }
+
+    #[test]
+    fn hash_follows_parameters_not_provenance() {
+        let a = Profile::h200();
+        let mut b = a.clone();
+        b.provenance = Some(serde_json::json!({"fitted_on": 3}));
+        assert_eq!(a.hash(), b.hash());
+        b.params.host_launch_ns += 1.0;
+        assert_ne!(a.hash(), b.hash());
+    }
+
+    #[test]
+    fn bad_profiles_name_every_problem() {
+        let mut p = Profile::h200();
+        p.params.gpu_kernel_ns = -1.0;
+        p.params.moe_mac_ns = f64::NAN;
+        p.sm_count = 0;
+        assert_eq!(p.problems().len(), 3, "{:?}", p.problems());
+    }
+}
