@@ -71,11 +71,7 @@ fn every_mutant_is_killed_by_its_invariant_and_its_shrunk_plan_replays() {
         assert!(m.caught_by(inv), "{m} caught by {inv}");
         assert!(row.replay_reproduces, "{m}: the shrunk plan does not reproduce");
         let ops = row.shrunk_ops.unwrap();
-        // Seed-bug mutants shrink to ≤ 20 ops; model mutants found through whole
-        // sweeps keep the allocations that pin their block ids (the exhaustive mode
-        // finds them in ≤ 7 kvtrace ops).
-        let cap = if m.bug().is_some() { 20 } else { 30 };
-        assert!(ops <= cap, "{m}: {ops} ops after shrinking");
+        assert!(ops <= 20, "{m}: {ops} ops after shrinking");
         // Replayed as a user would: from JSON, with --mutant only for engine mutants.
         let plan = load_plan(&serde_json::to_string(row.plan.as_ref().unwrap()).unwrap()).unwrap();
         let r = run_plan_opts(

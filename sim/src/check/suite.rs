@@ -238,7 +238,12 @@ pub struct MutantRow {
     pub plan: Option<Plan>,
 }
 
-/// Hunt one mutant: cases in index order until one fails, then shrink and replay.
+/// Cases tried after a mutant's first kill for a smaller shrunk plan.
+const EXTRA_CASES: u64 = 20;
+
+/// Hunt one mutant: cases in index order until one fails with the mutant's
+/// invariant, then shrink and replay (keeping the smallest of the kills found
+/// within `EXTRA_CASES` more cases).
 pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
     let t0 = Instant::now();
     let mut row = MutantRow {
@@ -258,10 +263,18 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         seconds: 0.0,
         plan: None,
     };
+    // After the first kill, a few more cases are tried and the smallest shrunk
+    // plan kept (`cases` still counts the cases up to the first kill).
+    let mut window_left: Option<u64> = None;
     for (i, base) in cfg.indices() {
-        row.cases += 1;
+        match window_left.as_mut() {
+            Some(0) => break,
+            Some(n) => *n -= 1,
+            None => row.cases += 1,
+        }
         let out = run_case(base, &cfg.spec(i), Some(mutant));
-        if out.verdict.failed() {
+        let first = window_left.is_none();
+        if out.verdict.failed() && first {
             *row.other_findings.entry(out.verdict.label().to_string()).or_default() += 1;
         }
         let (Verdict::Violation { invariant, .. }, Some(plan)) = (&out.verdict, &out.plan) else {
@@ -270,9 +283,19 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         if !mutant.caught_by(invariant) {
             continue;
         }
-        *row.other_findings.get_mut(invariant.as_str()).expect("counted above") -= 1;
-        row.other_findings.retain(|_, n| *n > 0);
+        if first {
+            *row.other_findings.get_mut(invariant.as_str()).expect("counted above") -= 1;
+            row.other_findings.retain(|_, n| *n > 0);
+            window_left = Some(EXTRA_CASES);
+        }
+        // Only plans no larger than the first kill's are worth shrinking again.
+        if row.original_ops.is_some_and(|n| op_count(plan) > n) {
+            continue;
+        }
         let small = shrink(plan, mutant.in_engine().then_some(mutant), invariant);
+        if row.shrunk_ops.is_some_and(|n| n <= op_count(&small)) {
+            continue;
+        }
         row.killed = true;
         row.replay_reproduces = replays_to(&small, mutant, invariant);
         row.invariant = Some(invariant.clone());
@@ -281,7 +304,6 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         row.original_ops = Some(op_count(plan));
         row.shrunk_ops = Some(op_count(&small));
         row.plan = Some(small);
-        break;
     }
     row.seconds = t0.elapsed().as_secs_f64();
     row
