@@ -23,7 +23,7 @@ pub struct CheckArgs {
     /// A mutant to hunt (`kvsim mutants` lists them), or `all`.
     #[arg(long)]
     pub mutant: Option<String>,
-    /// Cases per scenario (default 24; with --mutant, the budget per mutant: 100).
+    /// Cases per scenario (default 100; with --mutant, the budget per mutant, also 100).
     #[arg(long)]
     pub cases: Option<u64>,
     #[arg(long, default_value_t = 0)]
@@ -110,7 +110,7 @@ fn write_plan(dir: &Path, name: &str, plan: &kvsim_core::plan::Plan) -> Result<P
 }
 
 fn run_suites(a: &CheckArgs) -> Result<ExitCode, CliError> {
-    let cfg = config(a, 24)?;
+    let cfg = config(a, 100)?;
     let tty = std::io::stderr().is_terminal() && !a.json;
     let mut progress = |done: u64, total: u64| {
         if tty && (done.is_multiple_of(8) || done == total) {

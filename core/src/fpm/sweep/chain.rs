@@ -453,7 +453,11 @@ pub(super) fn plan_chain_sweep(
         }
         let b = pt.point.batch_size;
         if failed_rung == Some(b) {
-            p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+            if attention_dp {
+                p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+            } else {
+                demoted.push(pt.point.benchmark_id);
+            }
             continue;
         }
         if stage.map(|s| s.0) != Some(b) {
@@ -476,10 +480,15 @@ pub(super) fn plan_chain_sweep(
                 }
                 Ok(false) => {
                     // The group failed the stage: every rank sheds its fleet and the
-                    // rung's points are skipped on every rank (§7.3 group_fallback, §7.4).
+                    // rung's points are skipped on every rank (§7.3 group_fallback, §7.4);
+                    // a single rank measures them on synthetic KV later.
                     shed_chains(p, generation, b as usize);
                     failed_rung = Some(b);
-                    p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+                    if attention_dp {
+                        p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
+                    } else {
+                        demoted.push(pt.point.benchmark_id);
+                    }
                     continue;
                 }
                 Ok(true) => stage = Some((b, generation)),
@@ -591,6 +600,10 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
     // rank is done (V-E stage round, §7.3; invariant 34).
     let mut local: Vec<Local> = vec![Local::Building; s.scenario.dp_ranks as usize];
     let ignore_placeholders = p.bug(BugMutant::ReadyBeforePlaceholders);
+    // Whether a chain's admission may be refused: a rank's pool smaller than its
+    // peers' (attention DP), or a pool that shrank mid-run. The probe clones the
+    // engine, so a fault-free single-rank build does without it.
+    let probe = dp || p.faults.iter().any(|f| matches!(f, FaultSpec::ShrinkPool { .. }));
     let ignore_deadline = p.bug(BugMutant::StageBuildIgnoresDeadline);
     // Chains that never stop on their own: Dynamo's max_tokens=100_000 with
     // ignore_eos; kvsim's chains produce one sampled token and are never decoded.
@@ -690,7 +703,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
                         ..Default::default()
                     },
                 };
-                if dp && !matches!(live.e.clone().apply(&op), Ok(o) if o.violations.is_empty()) {
+                if probe && !matches!(live.e.clone().apply(&op), Ok(o) if o.violations.is_empty()) {
                     // The pool refuses the chain on this rank: a local stage failure.
                     local[rank as usize] = Local::Failed;
                     break;
@@ -719,13 +732,13 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
     // §7.3 (last bullet), invariant 35: each rank's local verdict is whether the
     // rung's worst-case shadow tails fit its free pool with the fleet parked; the
     // group verdict is the AND, the same on every rank.
-    let verdict = !dp || {
-        let need = LayoutNeed::new(s.scenario.kv_config());
-        let tails = shadow_tail_blocks(&need, s.bench.giant_kv_repeats) * batch as u64;
-        (0..s.scenario.dp_ranks).all(|rank| {
-            local[rank as usize] == Local::Building && p.engine(rank).kv.pool.num_free_blocks() as u64 >= tails
-        })
-    };
+    let built = local.iter().all(|l| *l == Local::Building);
+    let verdict = built
+        && (!dp || {
+            let need = LayoutNeed::new(s.scenario.kv_config());
+            let tails = shadow_tail_blocks(&need, s.bench.giant_kv_repeats) * batch as u64;
+            (0..s.scenario.dp_ranks).all(|rank| p.engine(rank).kv.pool.num_free_blocks() as u64 >= tails)
+        });
     p.record_stage(StageRecord {
         rank: 0,
         benchmark_id: first_point,
