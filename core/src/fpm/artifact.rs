@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::grid::{BenchmarkPoint, RetainedFpm};
 use super::sweep::{hex, BenchmarkMeta, CapacityFallback, ExecutionRecord};
-use crate::plan::{nominal_step_ns, Plan, PlanOp};
+use crate::plan::{nominal_step_ns, Plan};
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Kvwarm {
@@ -110,15 +110,7 @@ fn point_key(p: &BenchmarkPoint) -> String {
 fn step_tokens(plan: &Plan) -> BTreeMap<(u64, u32), u64> {
     let mut m = BTreeMap::new();
     for st in &plan.steps {
-        let t: u64 = st
-            .ops
-            .iter()
-            .map(|op| match op {
-                PlanOp::Forward { batch } => batch.iter().map(|b| b.tokens).sum(),
-                _ => 0,
-            })
-            .sum();
-        *m.entry((st.step, st.rank)).or_insert(0) += t;
+        *m.entry((st.step, st.rank)).or_insert(0) += crate::plan::forward_tokens(&st.ops);
     }
     m
 }

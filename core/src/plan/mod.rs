@@ -10,7 +10,7 @@ mod tokens;
 mod validate;
 
 pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
-pub use steps::{BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
+pub use steps::{forward_tokens, BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
 pub use tokens::Tokens;
 pub use validate::{load_plan, validate, PlanError};
 

@@ -232,3 +232,13 @@ impl Plan {
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
+
+/// Tokens the forwards among `ops` compute (the nominal clock's input).
+pub fn forward_tokens(ops: &[PlanOp]) -> u64 {
+    ops.iter()
+        .map(|op| match op {
+            PlanOp::Forward { batch } => batch.iter().map(|b| b.tokens).sum(),
+            _ => 0,
+        })
+        .sum()
+}

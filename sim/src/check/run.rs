@@ -9,7 +9,7 @@ use serde::Serialize;
 use kvsim_core::bugs::Mutant;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::fpm::sweep::{plan_sweep_with, SweepOptions};
-use kvsim_core::plan::{nominal_step_ns, FaultSpec, Plan, PlanOp};
+use kvsim_core::plan::{forward_tokens, nominal_step_ns, FaultSpec, Plan, PlanOp};
 
 use super::case::{build_faults, build_scenario, CaseSpec};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
@@ -77,15 +77,7 @@ impl CaseOutcome {
 fn extent(plan: &Plan) -> (u64, u64) {
     let mut per_step: BTreeMap<u64, u64> = BTreeMap::new();
     for st in &plan.steps {
-        let tokens: u64 = st
-            .ops
-            .iter()
-            .map(|op| match op {
-                PlanOp::Forward { batch } => batch.iter().map(|b| b.tokens).sum(),
-                _ => 0,
-            })
-            .sum();
-        *per_step.entry(st.step).or_default() += tokens;
+        *per_step.entry(st.step).or_default() += forward_tokens(&st.ops);
     }
     let steps = per_step.keys().next_back().map_or(0, |s| s + 1);
     (steps, per_step.values().map(|&t| nominal_step_ns(t)).sum())

@@ -75,7 +75,7 @@ impl Planner<'_> {
             if let Some(m) = live.error {
                 self.error.get_or_insert(format!("step {step} rank {rank}: {m}"));
             }
-            self.pending_tokens += super::timeout::forward_tokens(&live.ops);
+            self.pending_tokens += crate::plan::forward_tokens(&live.ops);
             self.steps.push(crate::plan::Step {
                 step,
                 rank,
@@ -911,20 +911,22 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
     // §8.2 bug 15: a rank that failed locally goes its own way while its peers
     // measure the point.
     let local_verdict = p.bug(BugMutant::LocalStageVerdict) && local_ok.contains(&true);
+    // A rank retires the shadows it registered through the fence and drains it.
+    let retire_registered = |rank: u32| -> Vec<PlanOp> {
+        let mut ops: Vec<PlanOp> = registered[rank as usize]
+            .iter()
+            .map(|&slot| PlanOp::Finish {
+                req: req(rank, slot),
+                fenced: true,
+            })
+            .collect();
+        ops.push(PlanOp::ProcessOutputs);
+        ops
+    };
     if local_ok.contains(&false) && !local_verdict {
         // Group verdict false: every rank retires what it registered, nothing is injected.
         if registered.iter().any(|r| !r.is_empty()) {
-            p.step(|rank| {
-                let mut ops: Vec<PlanOp> = registered[rank as usize]
-                    .iter()
-                    .map(|&slot| PlanOp::Finish {
-                        req: req(rank, slot),
-                        fenced: true,
-                    })
-                    .collect();
-                ops.push(PlanOp::ProcessOutputs);
-                ops
-            });
+            p.step(retire_registered);
         }
         return Ok(false);
     }
@@ -964,15 +966,7 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
             if local_ok[rank as usize] {
                 p.drained(retire(injected.len(), rank, &req))
             } else {
-                let mut ops: Vec<PlanOp> = registered[rank as usize]
-                    .iter()
-                    .map(|&slot| PlanOp::Finish {
-                        req: req(rank, slot),
-                        fenced: true,
-                    })
-                    .collect();
-                ops.push(PlanOp::ProcessOutputs);
-                ops
+                retire_registered(rank)
             }
         })
         .collect();

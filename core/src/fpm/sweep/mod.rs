@@ -128,7 +128,7 @@ impl Planner<'_> {
         let step = self.next_step;
         for rank in 0..self.s.scenario.dp_ranks {
             let ops = ops_for(rank);
-            self.pending_tokens += timeout::forward_tokens(&ops);
+            self.pending_tokens += crate::plan::forward_tokens(&ops);
             if let Some(engines) = &mut self.engines {
                 let e = &mut engines[rank as usize];
                 e.begin_step();

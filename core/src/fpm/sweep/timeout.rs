@@ -18,16 +18,6 @@ use crate::plan::{nominal_step_ns, FaultSpec, PlanOp};
 
 use super::SweepOptions;
 
-/// Forward tokens of one rank's ops in a step (the nominal clock's input).
-pub(super) fn forward_tokens(ops: &[PlanOp]) -> u64 {
-    ops.iter()
-        .map(|op| match op {
-            PlanOp::Forward { batch } => batch.iter().map(|b| b.tokens).sum(),
-            _ => 0,
-        })
-        .sum()
-}
-
 /// The soft deadline in simulated ns: the override, else `BenchSettings.timeout_seconds`.
 pub(super) fn deadline_ns(s: &BuiltinScenario, opts: &SweepOptions) -> u64 {
     match opts.timeout_seconds {
