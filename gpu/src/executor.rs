@@ -598,10 +598,7 @@ impl GpuExecutor {
             let mut last_decode: Option<(usize, &DecodeOp)> = None;
             let mut oi = 0;
             while oi < step.ops.len() {
-                let run = step.ops[oi..]
-                    .iter()
-                    .take_while(|op| matches!(op, GpuOp::Prefill(_)))
-                    .count();
+                let run = crate::program::prefill_run(&step.ops[oi..]);
                 if run > 0 {
                     ops.extend(self.prepare_writes(&step.ops[oi..oi + run])?);
                     oi += run;

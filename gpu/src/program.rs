@@ -68,6 +68,12 @@ pub struct DecodeOp {
     pub seqs: Vec<DecodeSeq>,
 }
 
+/// How many ops at the start of `ops` are prefills: the executor writes such a run
+/// in one launch per group, and the cost model describes it as that launch.
+pub fn prefill_run(ops: &[GpuOp]) -> usize {
+    ops.iter().take_while(|op| matches!(op, GpuOp::Prefill(_))).count()
+}
+
 /// One request of a decode batch.
 ///
 /// `tokens[p]` is the token the plan says is at position `p`, for every position in cache, the

@@ -261,10 +261,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
         let mut first_group_written: Option<kvsim_gpu::GroupId> = None;
         let mut oi = 0;
         while oi < step.ops.len() {
-            let run = step.ops[oi..]
-                .iter()
-                .take_while(|op| matches!(op, GpuOp::Prefill(_)))
-                .count();
+            let run = kvsim_gpu::program::prefill_run(&step.ops[oi..]);
             if run > 0 {
                 // (group, tokens, non-null tokens) in order of first appearance.
                 let mut per_group: Vec<(kvsim_gpu::GroupId, u64, u64)> = Vec::new();
