@@ -1,9 +1,10 @@
-//! `kvsim-gpu-bench [all|selfcheck|bandwidth|compile] [--quick] [--seed N] [--out DIR]`
+//! `kvsim-gpu-bench [all|selfcheck|bandwidth|compile] [--quick] [--seed N] [--shapes PREFIX] [--defines A,B=1] [--out DIR]`
 //!
 //! * `selfcheck`: clean program vs the f64 CPU reference, corrupted program must report its
 //!   violations at the planned steps;
 //! * `bandwidth`: paged decode attention vs device-to-device copy, Markdown table;
-//! * `compile`: compile every kernel with NVRTC and print ptxas's resource report (no GPU needed);
+//! * `compile`: compile every kernel with NVRTC and print ptxas's resource report (no GPU needed;
+//!   with `--out`, the images are written there too);
 //! * `all` (default): selfcheck then bandwidth.
 //!
 //! Exit status: 0 all passed, 1 a check failed, 2 bad arguments or no device / CUDA error.
@@ -16,6 +17,10 @@ struct Args {
     mode: String,
     quick: bool,
     seed: u64,
+    /// Bandwidth shapes whose name starts with this (all when absent).
+    shapes: Option<String>,
+    /// Extra `#define`s for every decode module (`NAME` or `NAME=VALUE`, comma-separated).
+    defines: String,
     out: Option<std::path::PathBuf>,
 }
 
@@ -24,6 +29,8 @@ fn parse() -> Result<Args, String> {
         mode: "all".into(),
         quick: false,
         seed: 0,
+        shapes: None,
+        defines: String::new(),
         out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -37,10 +44,22 @@ fn parse() -> Result<Args, String> {
                 args.seed = v.parse().map_err(|_| format!("bad seed {v}"))?;
                 seeded = true;
             }
+            "--defines" => {
+                let v = it.next().ok_or("--defines needs NAME[=VALUE],...")?;
+                for d in v.split(',').filter(|d| !d.is_empty()) {
+                    let (name, value) = d.split_once('=').unwrap_or((d, ""));
+                    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        return Err(format!("bad define {d}"));
+                    }
+                    args.defines.push_str(&format!("#define {name} {value}\n"));
+                }
+            }
+            "--shapes" => args.shapes = Some(it.next().ok_or("--shapes needs a name prefix")?),
             "--out" => args.out = Some(it.next().ok_or("--out needs a directory")?.into()),
             "-h" | "--help" => {
                 return Err(
-                    "usage: kvsim-gpu-bench [all|selfcheck|bandwidth|compile] [--quick] [--seed N] [--out DIR]".into(),
+                    "usage: kvsim-gpu-bench [all|selfcheck|bandwidth|compile] [--quick] [--seed N] [--shapes PREFIX] [--defines A,B=1] [--out DIR]"
+                        .into(),
                 )
             }
             other => return Err(format!("unknown argument {other}")),
@@ -108,7 +127,12 @@ fn run(args: &Args, log: &mut Log) -> Result<bool, kvsim_gpu::GpuError> {
             layout.groups.extend(s.layout().groups);
         }
         log.line(&format!("nvrtc {:?}", device::nvrtc_version()?));
-        for (name, m) in executor::compile_modules(&layout, true)? {
+        for (name, m) in executor::compile_modules(&layout, &args.defines, true)? {
+            if let Some(d) = &args.out {
+                // The images, for nvdisasm / cuobjdump.
+                let ext = if m.is_cubin { "cubin" } else { "ptx" };
+                let _ = std::fs::write(d.join(format!("{name}.{ext}")), &m.image);
+            }
             log.line(&format!(
                 "== {name}: {} bytes ({})",
                 m.image.len(),
@@ -152,7 +176,13 @@ fn run(args: &Args, log: &mut Log) -> Result<bool, kvsim_gpu::GpuError> {
     }
     if args.mode == "all" || args.mode == "bandwidth" {
         log.line("== bandwidth");
-        let rows = bandwidth::run(args.quick, args.seed as u32, &mut |s| log.line(&s))?;
+        let rows = bandwidth::run(
+            args.quick,
+            args.seed as u32,
+            args.shapes.as_deref(),
+            &args.defines,
+            &mut |s| log.line(&s),
+        )?;
         let table = bandwidth::markdown(&rows);
         log.line(&table);
         if let Some(d) = &args.out {

@@ -89,6 +89,25 @@ pub fn shapes() -> Vec<Shape> {
             kv_heads: 1,
             q_heads: 16,
             head_dim: 576,
+            ..base.clone()
+        },
+        Shape {
+            name: "mla-576-h16-bs64",
+            kind: GroupKind::Mla,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
+            block_size_tokens: 64,
+            ..base.clone()
+        },
+        Shape {
+            name: "mla-576-h16-b64-8k",
+            kind: GroupKind::Mla,
+            batch: 64,
+            ctx_tokens: 8192,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
             ..base
         },
     ]
@@ -181,8 +200,17 @@ impl Shape {
     }
 }
 
-/// Build variants of the decode kernel the benchmark compares: (name, extra defines).
-pub const VARIANTS: [(&str, &str); 2] = [("l2-256", ""), ("plain", "#define KV_PLAIN\n")];
+/// Build variants of the decode kernel the benchmark compares: (name, extra defines, stages of
+/// the tensor-core latent kernel). `l2-256` is the default build (K/V loads ask L2 for 256-byte
+/// fetches), `plain` drops that hint (K/V kernels only); the `stages-N`
+/// variants (MLA shapes only) pin the latent kernel's pipeline depth (one CTA per SM) instead
+/// of its default two stages (two CTAs per SM).
+pub const VARIANTS: [(&str, &str, Option<u32>); 4] = [
+    ("l2-256", "", None),
+    ("plain", "#define KV_PLAIN\n", None),
+    ("stages-3", "", Some(3)),
+    ("stages-5", "", Some(5)),
+];
 
 /// One row of the table.
 #[derive(Clone, Debug)]
@@ -214,17 +242,31 @@ impl BandwidthRow {
 
 /// Runs every shape, each with every build variant and with the heuristic split and forced
 /// ones, with a copy measured in the same executor right after the fill. `log` receives
-/// progress lines.
-pub fn run(quick: bool, seed: u32, log: &mut dyn FnMut(String)) -> Result<Vec<BandwidthRow>, GpuError> {
+/// progress lines. `only` keeps the shapes whose name starts with it.
+/// `extra_defines` go into every decode module (diagnostic builds).
+pub fn run(
+    quick: bool,
+    seed: u32,
+    only: Option<&str>,
+    extra_defines: &str,
+    log: &mut dyn FnMut(String),
+) -> Result<Vec<BandwidthRow>, GpuError> {
     let (warmup, iters) = if quick { (2, 5) } else { (5, 30) };
     let mut rows: Vec<BandwidthRow> = Vec::new();
-    for shape in shapes() {
-        for (variant, defines) in VARIANTS {
+    for shape in shapes()
+        .into_iter()
+        .filter(|s| only.is_none_or(|p| s.name.starts_with(p)))
+    {
+        for (variant, defines, latent_stages) in VARIANTS {
+            if shape.kind != GroupKind::Mla && latent_stages.is_some() {
+                continue; // a knob of the latent kernel only
+            }
             if shape.kind == GroupKind::Mla && !defines.is_empty() {
-                continue; // the latent kernel has no variants
+                continue; // the latent kernel's bulk copies take no load hint
             }
             let options = ExecutorOptions {
-                attn_defines: defines.to_string(),
+                attn_defines: format!("{defines}{extra_defines}"),
+                latent_stages,
                 ..ExecutorOptions::default()
             };
             let mut exec = GpuExecutor::with_options(shape.layout(), &options)?;

@@ -9,11 +9,13 @@ use crate::content::{bf16_to_f32, f32_to_bf16, kv_bits, packed_tag, PLANE_K, PLA
 use crate::layout::GroupLayout;
 use crate::lower::aligned_lo;
 
-/// `write_kv` for one request: writes positions `start..start+tokens.len()` into `pool`.
+/// `write_kv` for one request: writes positions `start..start+tokens.len()` into `pool` (MLA rows
+/// padded to [`GroupLayout::row_elems`]).
 pub fn prefill(pool: &mut [u16], g: &GroupLayout, tokens: &[u32], start: u32, table: &[u32]) {
     let (bs, hd, heads) = (g.block_size_tokens as usize, g.head_dim as usize, g.kv_heads as usize);
     let planes = g.planes() as usize;
-    let head_elems = bs * hd;
+    let row = g.row_elems() as usize;
+    let head_elems = bs * row;
     let plane_elems = heads * head_elems;
     let block_elems = g.block_elems() as usize;
     for (i, &token) in tokens.iter().enumerate() {
@@ -28,7 +30,7 @@ pub fn prefill(pool: &mut [u16], g: &GroupLayout, tokens: &[u32], start: u32, ta
             for h in 0..heads {
                 for d in 0..hd {
                     let (p, l, hh, dd) = (pos as u32, layer as u32, h as u32, d as u32);
-                    pool[base + h * head_elems + slot * hd + d] = kv_bits(token, p, l, hh, dd, PLANE_K);
+                    pool[base + h * head_elems + slot * row + d] = kv_bits(token, p, l, hh, dd, PLANE_K);
                     if planes == 2 {
                         pool[base + plane_elems + h * head_elems + d * bs + slot] =
                             kv_bits(token, p, l, hh, dd, PLANE_V);
@@ -44,7 +46,7 @@ fn f(bits: u32) -> f32 {
 }
 
 /// `mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32` over a warp: `c[lane] += A B`.
-fn mma(c: &mut [[f32; 4]; 32], a: &[[u32; 4]; 32], b: &[[u32; 2]; 32]) {
+pub(crate) fn mma(c: &mut [[f32; 4]; 32], a: &[[u32; 4]; 32], b: &[[u32; 2]; 32]) {
     let mut am = [[0f32; 16]; 16];
     let mut bm = [[0f32; 8]; 16];
     for lane in 0..32 {
@@ -74,11 +76,11 @@ fn mma(c: &mut [[f32; 4]; 32], a: &[[u32; 4]; 32], b: &[[u32; 2]; 32]) {
     }
 }
 
-fn shfl_xor<T: Copy>(v: &[T; 32], o: usize) -> [T; 32] {
+pub(crate) fn shfl_xor<T: Copy>(v: &[T; 32], o: usize) -> [T; 32] {
     std::array::from_fn(|l| v[l ^ o])
 }
 
-fn pack(lo: f32, hi: f32) -> u32 {
+pub(crate) fn pack(lo: f32, hi: f32) -> u32 {
     u32::from(f32_to_bf16(lo)) | (u32::from(f32_to_bf16(hi)) << 16)
 }
 
@@ -332,9 +334,13 @@ pub fn decode(
             }
         }
     }
-    // combine_if_last
-    let mut out = vec![0f32; layers * q_heads * hd];
-    for row in 0..layers * q_heads {
+    (combine(&part_o, &part_ml, layers * q_heads, nsplit, hd), mism)
+}
+
+/// `combine_if_last` over every output row: `out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M)`.
+pub(crate) fn combine(part_o: &[f32], part_ml: &[f32], rows: usize, nsplit: usize, hd: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows * hd];
+    for row in 0..rows {
         let ml = &part_ml[row * nsplit * 2..];
         let mm = (0..nsplit).map(|s| ml[2 * s]).fold(f32::NEG_INFINITY, f32::max);
         let l: f32 = (0..nsplit)
@@ -349,7 +355,7 @@ pub fn decode(
             out[row * hd + d] = if l > 0.0 { o / l } else { 0.0 };
         }
     }
-    (out, mism)
+    out
 }
 
 #[cfg(test)]

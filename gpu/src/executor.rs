@@ -16,8 +16,8 @@ use crate::layout::{DeviceLayout, GroupKind, GroupLayout};
 use crate::lower::{aligned_lo, choose_split, decode_expect, state_expect, AttnKernel, DecodeExpect, SplitPlan};
 use crate::program::{DecodeOp, GpuOp, GpuProgram, MoeOp};
 use cudarc::driver::{
-    sys::CUevent_flags, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr,
-    LaunchConfig, PushKernelArg,
+    sys::{CUevent_flags, CUfunction_attribute},
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::BTreeMap;
@@ -204,27 +204,48 @@ pub struct KernelResources {
 
 /// Compiles every module `layout` needs (no device needed, only NVRTC): the common module and
 /// one decode module per distinct [`AttnKernel`]. Returns `(name, module)` pairs.
-pub fn compile_modules(layout: &DeviceLayout, verbose: bool) -> Result<Vec<(String, CompiledModule)>, GpuError> {
+/// `extra_defines` go into every decode module, as [`ExecutorOptions::attn_defines`] do.
+pub fn compile_modules(
+    layout: &DeviceLayout,
+    extra_defines: &str,
+    verbose: bool,
+) -> Result<Vec<(String, CompiledModule)>, GpuError> {
     let mut out = vec![("kvsim_common".to_string(), compile("kvsim_common", SOURCE, verbose)?)];
-    for k in attn_kernels(layout) {
-        let name = module_name(k);
-        out.push((name.clone(), compile(&name, &specialised(&k.defines()), verbose)?));
+    for k in attn_kernels(layout, None) {
+        let name = k.module_name();
+        out.push((
+            name.clone(),
+            compile(&name, &specialised(&format!("{}{extra_defines}", k.defines())), verbose)?,
+        ));
     }
     Ok(out)
 }
 
-fn attn_kernels(layout: &DeviceLayout) -> Vec<AttnKernel> {
-    let mut ks: Vec<AttnKernel> = layout.groups.iter().filter_map(AttnKernel::for_group).collect();
+fn attn_kernels(layout: &DeviceLayout, latent_stages: Option<u32>) -> Vec<AttnKernel> {
+    let mut ks: Vec<AttnKernel> = layout
+        .groups
+        .iter()
+        .filter_map(|g| kernel_for(g, latent_stages))
+        .collect();
     ks.sort();
     ks.dedup();
     ks
 }
 
-fn module_name(k: AttnKernel) -> String {
-    match k {
-        AttnKernel::Mma { head_dim, head_tile } => format!("attn_mma_d{head_dim}_h{head_tile}"),
-        AttnKernel::Latent { latent_dim, head_tile } => format!("attn_latent_d{latent_dim}_h{head_tile}"),
-        AttnKernel::Generic { head_dim } => format!("attn_generic_d{head_dim}"),
+/// The decode kernel of group `g`, with the latent kernel's stage count overridden.
+fn kernel_for(g: &GroupLayout, latent_stages: Option<u32>) -> Option<AttnKernel> {
+    match (AttnKernel::for_group(g)?, latent_stages) {
+        (
+            AttnKernel::LatentMma {
+                latent_dim, head_tile, ..
+            },
+            Some(stages),
+        ) => Some(AttnKernel::LatentMma {
+            latent_dim,
+            head_tile,
+            stages: stages.max(2),
+        }),
+        (k, _) => Some(k),
     }
 }
 
@@ -242,6 +263,9 @@ pub struct ExecutorOptions {
     /// Spin while synchronising (`CU_CTX_SCHED_SPIN`) instead of the driver's automatic
     /// choice, so the issuing thread stays hot across the long waits before timed windows.
     pub spin_wait: bool,
+    /// Pipeline depth of the tensor-core latent kernel instead of the deepest that fits
+    /// (a tuning knob for the bandwidth benchmark).
+    pub latent_stages: Option<u32>,
 }
 
 /// Runs programs over one layout on device 0.
@@ -254,6 +278,10 @@ pub struct GpuExecutor {
     common: BTreeMap<&'static str, CudaFunction>,
     /// Decode kernels: module name, function, CTAs resident per SM.
     attn: BTreeMap<AttnKernel, (String, CudaFunction, u32)>,
+    /// `ExecutorOptions::latent_stages`.
+    latent_stages: Option<u32>,
+    /// The split combine of kernels that do not combine in-kernel (the tensor-core latent one).
+    attn_combine: BTreeMap<AttnKernel, CudaFunction>,
     moe: Option<MoeDevice>,
     _modules: Vec<Arc<CudaModule>>,
 }
@@ -482,15 +510,27 @@ impl GpuExecutor {
         }
         modules.push(cm);
         let mut attn = BTreeMap::new();
-        for k in attn_kernels(&layout) {
-            let name = module_name(k);
+        let mut attn_combine = BTreeMap::new();
+        for k in attn_kernels(&layout, options.latent_stages) {
+            let name = k.module_name();
             let defines = format!("{}{}", k.defines(), options.attn_defines);
             let m = load(&ctx, compile(&name, &specialised(&defines), false)?)?;
             let f = m.load_function(k.function_name())?;
+            let smem = k.dynamic_smem();
+            if smem > 0 {
+                // Opt in to more than the default 48 KiB of dynamic shared memory.
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )?;
+            }
             let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, 0, None)?
+                .occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, smem as usize, None)?
                 .max(1);
             attn.insert(k, (name, f, per_sm));
+            if let AttnKernel::LatentMma { .. } = k {
+                attn_combine.insert(k, m.load_function("latent_combine")?);
+            }
             modules.push(m);
         }
         let mut exec = GpuExecutor {
@@ -501,6 +541,8 @@ impl GpuExecutor {
             pools,
             common,
             attn,
+            latent_stages: options.latent_stages,
+            attn_combine,
             moe: None,
             _modules: modules,
         };
@@ -931,7 +973,7 @@ impl GpuExecutor {
         let mut launches = Vec::new();
         for gid in groups {
             let g = &self.layout.groups[gid.0 as usize];
-            let kernel = AttnKernel::for_group(g).expect("validated: decode reads attention groups only");
+            let kernel = kernel_for(g, self.latent_stages).expect("validated: decode reads attention groups only");
             let seqs: Vec<_> = d.seqs.iter().filter_map(|s| s.table(gid).map(|t| (s, t))).collect();
             let table_stride = seqs.iter().map(|(_, t)| t.blocks.len()).max().unwrap_or(1).max(1);
             let tag_stride = seqs.iter().map(|(s, _)| s.tokens.len()).max().unwrap_or(1).max(1);
@@ -1024,7 +1066,7 @@ impl GpuExecutor {
             );
             let scale_log2 = std::f32::consts::LOG2_E / (g.head_dim as f32).sqrt();
             let grid = (l.split.nsplit * head_tiles, nseq, g.layers * g.kv_heads);
-            // SAFETY: argument list matches attn_mma / attn_latent; every index stays inside the
+            // SAFETY: argument list matches every attn_* kernel; every index stays inside the
             // buffers sized in prepare_decode_at (tables, tags, q, partials) and the pool (block
             // ids checked by validation).
             unsafe {
@@ -1050,8 +1092,24 @@ impl GpuExecutor {
                     .arg(&split_tokens)
                     .arg(&nsplit)
                     .arg(&scale_log2)
-                    .launch(cfg(grid, DECODE_THREADS, 0))
+                    .launch(cfg(grid, DECODE_THREADS, l.kernel.dynamic_smem()))
             }?;
+            if let (Some(combine), true) = (self.attn_combine.get(&l.kernel), nsplit > 1) {
+                let rows = (l.reqs.len() * g.layers as usize * g.q_heads as usize) as i32;
+                let blocks = (rows as u32 * g.head_dim / 4).div_ceil(DECODE_THREADS);
+                // SAFETY: latent_combine reads rows x nsplit partial rows and writes rows output
+                // rows, the sizes prepare_decode_at allocated.
+                unsafe {
+                    self.stream
+                        .launch_builder(combine)
+                        .arg(&l.part_o)
+                        .arg(&l.part_ml)
+                        .arg(&l.out)
+                        .arg(&rows)
+                        .arg(&nsplit)
+                        .launch(cfg((blocks, 1, 1), DECODE_THREADS, 0))
+                }?;
+            }
         }
         Ok(())
     }

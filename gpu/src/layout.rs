@@ -7,11 +7,15 @@
 //! ```text
 //! block: [layer][plane K: kv_head][slot][dim]   bf16
 //!               [plane V: kv_head][dim][slot]   bf16 (transposed: a head's V column is contiguous)
-//! MLA block:    [layer][slot][latent_dim]       bf16 (K = V = the latent)
+//! MLA block:    [layer][slot][latent_dim + 8]   bf16 (K = V = the latent, rows padded)
 //! state block:  [layer][state_head][state_dim]  f32  (elements 0 and 1 of each row: digest)
 //! ```
 //!
 //! Block 0 of every group is the null block; `blocks_total` counts it.
+//!
+//! MLA rows carry [`MLA_ROW_PAD`] unused elements so that a block's rows, copied into shared
+//! memory in one bulk copy, land on distinct banks for `ldmatrix` (a 1152-byte row stride puts
+//! every row on the same banks). Bandwidth figures count only the latent bytes.
 
 use crate::ids::GroupId;
 
@@ -68,6 +72,8 @@ pub struct DeviceLayout {
 /// registers). Block sizes that are a multiple of 8 with head dims that are a multiple of 32 run
 /// on the tensor-core kernel; other shapes (head dims a multiple of 4) on the generic one.
 pub const MMA_MAX_HEAD_DIM: u32 = 256;
+/// Unused bf16 elements after each MLA latent row (16 bytes).
+pub const MLA_ROW_PAD: u32 = 8;
 /// Largest MLA latent width the latent decode kernel takes.
 pub const MLA_MAX_LATENT_DIM: u32 = 1024;
 /// Largest `top_k` a `Moe` op takes.
@@ -132,10 +138,24 @@ impl GroupLayout {
     pub fn block_elems(&self) -> u64 {
         let layers = u64::from(self.layers);
         let heads = u64::from(self.kv_heads);
-        let dim = u64::from(self.head_dim);
         match self.kind {
-            GroupKind::MambaState => layers * heads * dim,
-            _ => layers * u64::from(self.planes()) * heads * u64::from(self.block_size_tokens) * dim,
+            GroupKind::MambaState => layers * heads * u64::from(self.head_dim),
+            _ => {
+                layers
+                    * u64::from(self.planes())
+                    * heads
+                    * u64::from(self.block_size_tokens)
+                    * u64::from(self.row_elems())
+            }
+        }
+    }
+
+    /// Elements from one position's row to the next inside a head's plane: the head dim, plus
+    /// [`MLA_ROW_PAD`] for MLA latents.
+    pub fn row_elems(&self) -> u32 {
+        match self.kind {
+            GroupKind::Mla => self.head_dim + MLA_ROW_PAD,
+            _ => self.head_dim,
         }
     }
 
@@ -304,7 +324,9 @@ mod tests {
             head_dim: 576,
             ..full(64)
         };
-        assert_eq!(mla.block_bytes(), 2 * 64 * 576 * 2);
+        // Rows padded to 584 elements; the attended bytes stay 576 per position and layer.
+        assert_eq!(mla.block_bytes(), 2 * 64 * 584 * 2);
+        assert_eq!(mla.kv_bytes_per_position(), 2 * 576 * 2);
         let mamba = GroupLayout {
             kind: GroupKind::MambaState,
             kv_heads: 4,

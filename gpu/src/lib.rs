@@ -16,6 +16,8 @@ pub mod content;
 pub mod device;
 #[cfg(test)]
 mod emulate;
+#[cfg(test)]
+mod emulate_latent;
 pub mod error;
 pub mod executor;
 pub mod ids;

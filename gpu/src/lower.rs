@@ -3,7 +3,7 @@
 //! Pure functions, unit-tested without a GPU.
 
 use crate::content::{packed_tag, StateDigest};
-use crate::layout::{GroupKind, GroupLayout, MMA_MAX_HEAD_DIM};
+use crate::layout::{GroupKind, GroupLayout, MLA_ROW_PAD, MMA_MAX_HEAD_DIM};
 
 /// Positions a decode CTA's tile starts on: ranges are aligned down to this many positions.
 pub const TILE_TOKENS: u32 = 32;
@@ -13,14 +13,32 @@ pub const SPLIT_QUANTUM_TOKENS: u32 = 128;
 const MMA_SMEM_HEAD_DIMS: u32 = 2048;
 /// Register budget of the latent kernel: `head_tile * chunks_per_lane <= 6`.
 const LATENT_REG_CHUNKS: u32 = 6;
+/// Widest latent the tensor-core latent kernel takes (its accumulators, `latent_dim / 32 * 4`
+/// per lane, and Q fragments, `latent_dim / 64 * 4`, live in registers).
+pub const LATENT_MMA_MAX_DIM: u32 = 768;
+/// Static shared memory the tensor-core latent kernel keeps beside its dynamic allocation
+/// (mbarriers), rounded up.
+const LATENT_MMA_STATIC_SMEM: u32 = 512;
+/// Shared memory one CTA may use on sm_90 (227 KiB).
+pub const SM90_MAX_DYNAMIC_SMEM: u32 = 232_448;
+/// Shared memory of one sm_90 SM (228 KiB).
+pub const SM90_SMEM_PER_SM: u32 = 233_472;
 
 /// The decode kernel family a group uses, with its compile-time shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AttnKernel {
     /// Tensor-core (mma.sync m16n8k16 bf16) kernel: K row-major, V transposed.
     Mma { head_dim: u32, head_tile: u32 },
-    /// CUDA-core kernel over row-major MLA latents (K = V).
+    /// CUDA-core kernel over row-major MLA latents (K = V), for latent widths the tensor-core
+    /// latent kernel does not take.
     Latent { latent_dim: u32, head_tile: u32 },
+    /// Tensor-core kernel over row-major MLA latents (K = V): 32-position tiles staged in
+    /// shared memory `stages` deep, up to 16 query heads per CTA as the MMA rows.
+    LatentMma {
+        latent_dim: u32,
+        head_tile: u32,
+        stages: u32,
+    },
     /// CUDA-core kernel for K/V shapes the tensor-core kernel does not take (block size not a
     /// multiple of 8, head dim not a multiple of 32); one query head per CTA.
     Generic { head_dim: u32 },
@@ -32,6 +50,11 @@ impl AttnKernel {
         let group = g.gqa_group().max(1);
         match g.kind {
             GroupKind::MambaState => None,
+            GroupKind::Mla if latent_mma_takes(g.head_dim) => Some(AttnKernel::LatentMma {
+                latent_dim: g.head_dim,
+                head_tile: largest_divisor_at_most(group, 16),
+                stages: latent_mma_stages(g.head_dim),
+            }),
             GroupKind::Mla => {
                 let chunks_per_lane = (g.head_dim / 8).div_ceil(32).max(1);
                 let cap = (LATENT_REG_CHUNKS / chunks_per_lane).max(1);
@@ -54,7 +77,9 @@ impl AttnKernel {
     /// Query heads one CTA handles.
     pub fn head_tile(self) -> u32 {
         match self {
-            AttnKernel::Mma { head_tile, .. } | AttnKernel::Latent { head_tile, .. } => head_tile,
+            AttnKernel::Mma { head_tile, .. }
+            | AttnKernel::Latent { head_tile, .. }
+            | AttnKernel::LatentMma { head_tile, .. } => head_tile,
             AttnKernel::Generic { .. } => 1,
         }
     }
@@ -64,6 +89,7 @@ impl AttnKernel {
         match self {
             AttnKernel::Mma { .. } => "attn_mma",
             AttnKernel::Latent { .. } => "attn_latent",
+            AttnKernel::LatentMma { .. } => "attn_latent_mma",
             AttnKernel::Generic { .. } => "attn_generic",
         }
     }
@@ -75,8 +101,69 @@ impl AttnKernel {
             AttnKernel::Latent { latent_dim, head_tile } => {
                 format!("#define LD {latent_dim}\n#define GT {head_tile}\n")
             }
+            AttnKernel::LatentMma {
+                latent_dim,
+                head_tile,
+                stages,
+            } => format!("#define LDM {latent_dim}\n#define GTM {head_tile}\n#define LNST {stages}\n"),
             AttnKernel::Generic { head_dim } => format!("#define GHD {head_dim}\n"),
         }
+    }
+}
+
+impl AttnKernel {
+    /// The module the executor compiles for this kernel (one per distinct shape).
+    pub fn module_name(self) -> String {
+        match self {
+            AttnKernel::Mma { head_dim, head_tile } => format!("attn_mma_d{head_dim}_h{head_tile}"),
+            AttnKernel::Latent { latent_dim, head_tile } => format!("attn_latent_d{latent_dim}_h{head_tile}"),
+            AttnKernel::LatentMma {
+                latent_dim,
+                head_tile,
+                stages,
+            } => format!("attn_latent_mma_d{latent_dim}_h{head_tile}_s{stages}"),
+            AttnKernel::Generic { head_dim } => format!("attn_generic_d{head_dim}"),
+        }
+    }
+
+    /// Dynamic shared memory a CTA of this kernel needs (bytes).
+    pub fn dynamic_smem(self) -> u32 {
+        match self {
+            AttnKernel::LatentMma { latent_dim, stages, .. } => latent_mma_smem(latent_dim, stages),
+            _ => 0,
+        }
+    }
+}
+
+/// True when the tensor-core latent kernel takes an MLA latent width: four warps split it
+/// into whole 16-dim MMA steps.
+pub fn latent_mma_takes(latent_dim: u32) -> bool {
+    latent_dim.is_multiple_of(64) && latent_dim <= LATENT_MMA_MAX_DIM
+}
+
+/// Shared memory of the tensor-core latent kernel: `stages` tiles of 32 rows (padded by
+/// [`MLA_ROW_PAD`] elements, as in the pool, so ldmatrix rows fall in distinct banks), four f32
+/// partial-score tiles (16 x 40),
+/// P (16 x 40 bf16), and per-warp row maxima and sums. Mirrors the layout in the CUDA source.
+pub fn latent_mma_smem(latent_dim: u32, stages: u32) -> u32 {
+    stages * 32 * (latent_dim + MLA_ROW_PAD) * 2 + 4 * 16 * 40 * 4 + 16 * 40 * 2 + 2 * 64 * 4
+}
+
+/// Pipeline depth of the tensor-core latent kernel: two stages, so that two CTAs share an SM
+/// (on the H200 that beat one CTA with three or five stages, docs/gpu-bandwidth.md). Checked
+/// to fit: widths up to [`LATENT_MMA_MAX_DIM`] take two CTAs of two stages per SM.
+pub fn latent_mma_stages(_latent_dim: u32) -> u32 {
+    2
+}
+
+/// CTAs of the tensor-core latent kernel that fit on one SM by shared memory (sm_90: 228 KiB
+/// per SM, 227 KiB per CTA, 1 KiB reserved per CTA).
+pub fn latent_mma_ctas_per_sm(latent_dim: u32, stages: u32) -> u32 {
+    let per_cta = latent_mma_smem(latent_dim, stages) + LATENT_MMA_STATIC_SMEM + 1024;
+    if per_cta - 1024 > SM90_MAX_DYNAMIC_SMEM {
+        0
+    } else {
+        SM90_SMEM_PER_SM / per_cta
     }
 }
 
@@ -214,16 +301,40 @@ mod tests {
             AttnKernel::for_group(&group(GroupKind::Full, 64, 256)).map(AttnKernel::head_tile),
             Some(8)
         );
+        // MLA widths that split into four warps of whole MMA steps take the tensor-core latent
+        // kernel (16 heads per CTA, as many stages as fit); others the CUDA-core one.
+        let mla576 = AttnKernel::for_group(&group(GroupKind::Mla, 16, 576));
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Mla, 16, 576)),
-            Some(AttnKernel::Latent {
+            mla576,
+            Some(AttnKernel::LatentMma {
                 latent_dim: 576,
-                head_tile: 2
+                head_tile: 16,
+                stages: 2
+            })
+        );
+        let k = mla576.expect("latent kernel");
+        assert_eq!(k.module_name(), "attn_latent_mma_d576_h16_s2");
+        // At least two CTAs of two stages share an SM at every width the kernel takes; five
+        // stages fit one CTA at 576, six do not.
+        for ld in (64..=LATENT_MMA_MAX_DIM).step_by(64) {
+            assert!(latent_mma_ctas_per_sm(ld, latent_mma_stages(ld)) >= 2, "{ld}");
+        }
+        assert_eq!(latent_mma_ctas_per_sm(576, 5), 1);
+        assert_eq!(latent_mma_ctas_per_sm(576, 6), 0);
+        assert_eq!(
+            AttnKernel::for_group(&group(GroupKind::Mla, 32, 128)).map(AttnKernel::head_tile),
+            Some(16)
+        );
+        assert_eq!(
+            AttnKernel::for_group(&group(GroupKind::Mla, 16, 40)),
+            Some(AttnKernel::Latent {
+                latent_dim: 40,
+                head_tile: 4
             })
         );
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Mla, 16, 128)).map(AttnKernel::head_tile),
-            Some(4)
+            AttnKernel::for_group(&group(GroupKind::Mla, 16, 1024)).map(AttnKernel::head_tile),
+            Some(1)
         );
         assert_eq!(AttnKernel::for_group(&group(GroupKind::MambaState, 2, 64)), None);
         // Shapes the tensor-core kernel does not take fall back to the generic kernel.

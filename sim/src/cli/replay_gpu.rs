@@ -18,7 +18,7 @@ use kvsim_gpu::{lower_plan, no_device_reason, GpuError, GpuExecutor, LowerOption
 use serde_json::{json, Value};
 
 use super::{say, CliError};
-use crate::cost::desc::{describe, module_name, DescSource, DESC_VERSION};
+use crate::cost::desc::{describe, DescSource, DESC_VERSION};
 use crate::cost::{routing, run_json, RunOptions};
 use crate::exec::{plan_hash, run_plan, Outcome};
 
@@ -128,6 +128,11 @@ fn kernel_name(k: Option<AttnKernel>) -> String {
         Some(AttnKernel::Latent { latent_dim, head_tile }) => {
             format!("attn_latent (D {latent_dim}, {head_tile} heads/CTA)")
         }
+        Some(AttnKernel::LatentMma {
+            latent_dim,
+            head_tile,
+            stages,
+        }) => format!("attn_latent_mma (D {latent_dim}, {head_tile} heads/CTA, {stages} stages)"),
         Some(AttnKernel::Generic { head_dim }) => format!("attn_generic (D {head_dim})"),
     }
 }
@@ -248,7 +253,7 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
         .groups
         .iter()
         .filter_map(AttnKernel::for_group)
-        .filter_map(|k| exec.resident_ctas(k).map(|n| (module_name(k), n)))
+        .filter_map(|k| exec.resident_ctas(k).map(|n| (k.module_name(), n)))
         .collect();
     let mut src = DeviceSource {
         resident: &resident,

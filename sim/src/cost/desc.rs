@@ -174,20 +174,13 @@ pub struct StepDesc {
     pub ops: Vec<OpDesc>,
 }
 
-/// The decode kernel module name the executor compiles for `k`.
-pub fn module_name(k: AttnKernel) -> String {
-    match k {
-        AttnKernel::Mma { head_dim, head_tile } => format!("attn_mma_d{head_dim}_h{head_tile}"),
-        AttnKernel::Latent { latent_dim, head_tile } => format!("attn_latent_d{latent_dim}_h{head_tile}"),
-        AttnKernel::Generic { head_dim } => format!("attn_generic_d{head_dim}"),
-    }
-}
-
 fn family(k: AttnKernel) -> Family {
     match k {
         AttnKernel::Mma { .. } => Family::Mma,
         AttnKernel::Generic { .. } => Family::Generic,
         AttnKernel::Latent { .. } => Family::Latent,
+        // The tensor-core latent kernel streams its bytes like the tensor-core K/V kernel.
+        AttnKernel::LatentMma { .. } => Family::Mma,
     }
 }
 
@@ -218,7 +211,7 @@ fn attn_launches(layout: &DeviceLayout, d: &kvsim_gpu::DecodeOp, src: &dyn DescS
         }
         let head_tiles = g.gqa_group() / kernel.head_tile();
         let per_split = seqs.len() as u64 * u64::from(g.layers * g.kv_heads * head_tiles);
-        let module = module_name(kernel);
+        let module = kernel.module_name();
         let resident = src.resident(&module).max(1);
         let split = choose_split(max_span, per_split, resident, None);
         out.push(AttnDesc {

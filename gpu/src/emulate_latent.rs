@@ -1,0 +1,348 @@
+//! Test-only CPU emulation of `attn_latent_mma` (the tensor-core MLA decode kernel), warp by
+//! warp and lane by lane: the cp.async tile staging with zero fill, `ldmatrix` (plain and
+//! `.trans`) from the padded shared-memory rows, the four warps' partial scores summed in shared
+//! memory, P, and O = P V. It checks the fragment and index logic of the CUDA source against the
+//! f64 reference without a GPU; keep it in step with [`crate::kernels::SOURCE`].
+// Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
+#![allow(clippy::needless_range_loop)]
+
+use crate::content::packed_tag;
+use crate::emulate::{mma, pack, shfl_xor};
+use crate::layout::GroupLayout;
+
+/// Positions per tile (`LTT`).
+const TT: usize = 32;
+/// Padded row strides (`LRED`, `LPS`).
+const RED: usize = 40;
+const PS: usize = 40;
+
+/// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: lane `l` supplies the element index of
+/// row `l % 8` of matrix `l / 8`; register `i` of every lane comes from matrix `i`.
+fn ldsm4(smem: &[u16], row_at: impl Fn(usize) -> usize, trans: bool) -> [[u32; 4]; 32] {
+    let mut out = [[0u32; 4]; 32];
+    for i in 0..4 {
+        let rows: Vec<&[u16]> = (0..8)
+            .map(|r| &smem[row_at(8 * i + r)..row_at(8 * i + r) + 8])
+            .collect();
+        for (t, o) in out.iter_mut().enumerate() {
+            let (lo, hi) = if trans {
+                (rows[2 * (t % 4)][t / 4], rows[2 * (t % 4) + 1][t / 4])
+            } else {
+                (rows[t / 4][2 * (t % 4)], rows[t / 4][2 * (t % 4) + 1])
+            };
+            o[i] = u32::from(lo) | (u32::from(hi) << 16);
+        }
+    }
+    out
+}
+
+/// Output of the emulated decode for one request, `[layer][q_head][dim]`, and the tag
+/// mismatches the verification found. `split_tokens` is a multiple of 32; `ht` heads per CTA.
+pub fn decode(
+    pool: &[u16],
+    g: &GroupLayout,
+    tokens: &[u32],
+    table: &[u32],
+    q: &[u16],
+    split_tokens: usize,
+    ht: usize,
+) -> (Vec<f32>, u32) {
+    let ld = g.head_dim as usize;
+    let (bs, layers, gq) = (g.block_size_tokens as usize, g.layers as usize, g.q_heads as usize);
+    let (mw, row) = (ld / 4, g.row_elems() as usize);
+    let (lks, lnt) = (mw / 16, mw / 8);
+    let (lo, hi) = (0usize, tokens.len());
+    let nsplit = hi.div_ceil(split_tokens).max(1);
+    let scale_log2 = std::f32::consts::LOG2_E / (ld as f32).sqrt();
+    let tags: Vec<u64> = tokens
+        .iter()
+        .enumerate()
+        .map(|(p, &t)| packed_tag(t, p as u32))
+        .collect();
+    let block_elems = g.block_elems() as usize;
+    let mut part_o = vec![0f32; layers * gq * nsplit * ld];
+    let mut part_ml = vec![0f32; layers * gq * nsplit * 2];
+    let mut mism = 0u32;
+    for layer in 0..layers {
+        for split in 0..nsplit {
+            for h in 0..gq / ht {
+                let s_begin = split * split_tokens;
+                let s_end = hi.min(s_begin + split_tokens);
+                let ntiles = s_end.saturating_sub(s_begin).div_ceil(TT);
+                let orow0 = layer * gq + h * ht;
+                // Registers of the four warps.
+                let mut qa = vec![vec![[[0u32; 4]; 32]; lks]; 4];
+                for w in 0..4 {
+                    for lane in 0..32 {
+                        let (gid, tid) = (lane / 4, lane % 4);
+                        let qb = |r: usize, c: usize| -> u32 {
+                            if r < ht {
+                                let at = (orow0 + r) * ld + w * mw + c;
+                                u32::from(q[at]) | (u32::from(q[at + 1]) << 16)
+                            } else {
+                                0
+                            }
+                        };
+                        for ks in 0..lks {
+                            let c = 16 * ks + 2 * tid;
+                            qa[w][ks][lane] = [qb(gid, c), qb(gid + 8, c), qb(gid, c + 8), qb(gid + 8, c + 8)];
+                        }
+                    }
+                }
+                let mut acc = vec![vec![[[0f32; 4]; 32]; lnt]; 4];
+                let (mut m0, mut m1) = ([[f32::NEG_INFINITY; 32]; 4], [[f32::NEG_INFINITY; 32]; 4]);
+                let (mut l0, mut l1) = ([[0f32; 32]; 4], [[0f32; 32]; 4]);
+                let mut tile = vec![0u16; TT * row];
+                for t in 0..ntiles {
+                    let t0 = s_begin + t * TT;
+                    // The stage fill: runs of `run` padded rows copied whole from their block,
+                    // runs that start at or after hi zeroed.
+                    let run = TT.min(1 << bs.trailing_zeros());
+                    for r in 0..TT {
+                        let start = t0 + r - r % run;
+                        let pos = t0 + r;
+                        for d in 0..row {
+                            tile[r * row + d] = if start < hi {
+                                pool[table[start / bs] as usize * block_elems + layer * bs * row + (pos % bs) * row + d]
+                            } else {
+                                0
+                            };
+                        }
+                    }
+                    if h == 0 {
+                        for r in 0..TT {
+                            let pos = t0 + r;
+                            if pos >= lo && pos < hi {
+                                let got = (0..4).fold(0u64, |a, i| a | (u64::from(tile[r * row + i]) << (16 * i)));
+                                if got != tags[pos] {
+                                    mism += 1;
+                                }
+                            }
+                        }
+                    }
+                    // S partials into sm_red.
+                    let mut red = vec![0f32; 4 * 16 * RED];
+                    for w in 0..4 {
+                        let mut sp = [[[0f32; 4]; 32]; 4];
+                        for ks in 0..lks {
+                            for jp in 0..2 {
+                                let b = ldsm4(
+                                    &tile,
+                                    |l| {
+                                        let tok = 16 * jp + ((l >> 4) << 3) + (l & 7);
+                                        tok * row + w * mw + 16 * ks + (((l >> 3) & 1) << 3)
+                                    },
+                                    false,
+                                );
+                                let b01: [[u32; 2]; 32] = std::array::from_fn(|l| [b[l][0], b[l][1]]);
+                                let b23: [[u32; 2]; 32] = std::array::from_fn(|l| [b[l][2], b[l][3]]);
+                                mma(&mut sp[2 * jp], &qa[w][ks], &b01);
+                                mma(&mut sp[2 * jp + 1], &qa[w][ks], &b23);
+                            }
+                        }
+                        for lane in 0..32 {
+                            let (gid, tid) = (lane / 4, lane % 4);
+                            for j in 0..4 {
+                                let at = (w * 16 + gid) * RED + 8 * j + 2 * tid;
+                                red[at] = sp[j][lane][0];
+                                red[at + 1] = sp[j][lane][1];
+                                let at = (w * 16 + gid + 8) * RED + 8 * j + 2 * tid;
+                                red[at] = sp[j][lane][2];
+                                red[at + 1] = sp[j][lane][3];
+                            }
+                        }
+                    }
+                    // Each warp finishes 8 positions: sums, scale, mask, row maxima.
+                    let mut s = [[[0f32; 4]; 32]; 4];
+                    let mut mx = [[f32::NEG_INFINITY; 16]; 4];
+                    for w in 0..4 {
+                        let (mut x0, mut x1) = ([0f32; 32], [0f32; 32]);
+                        for lane in 0..32 {
+                            let (gid, tid) = (lane / 4, lane % 4);
+                            for ww in 0..4 {
+                                let a = (ww * 16 + gid) * RED + 8 * w + 2 * tid;
+                                let b = (ww * 16 + gid + 8) * RED + 8 * w + 2 * tid;
+                                s[w][lane][0] += red[a];
+                                s[w][lane][1] += red[a + 1];
+                                s[w][lane][2] += red[b];
+                                s[w][lane][3] += red[b + 1];
+                            }
+                            let pa = t0 + 8 * w + 2 * tid;
+                            for e in 0..2 {
+                                let ok = pa + e >= lo && pa + e < hi;
+                                for r in [e, 2 + e] {
+                                    s[w][lane][r] = if ok {
+                                        s[w][lane][r] * scale_log2
+                                    } else {
+                                        f32::NEG_INFINITY
+                                    };
+                                }
+                            }
+                            x0[lane] = s[w][lane][0].max(s[w][lane][1]);
+                            x1[lane] = s[w][lane][2].max(s[w][lane][3]);
+                        }
+                        for o in [1, 2] {
+                            let (a, b) = (shfl_xor(&x0, o), shfl_xor(&x1, o));
+                            for lane in 0..32 {
+                                x0[lane] = x0[lane].max(a[lane]);
+                                x1[lane] = x1[lane].max(b[lane]);
+                            }
+                        }
+                        for gid in 0..8 {
+                            mx[w][gid] = x0[4 * gid];
+                            mx[w][gid + 8] = x1[4 * gid];
+                        }
+                    }
+                    // P into sm_p, with the shared maxima; rescale the accumulators.
+                    let mut p = vec![0u16; 16 * PS];
+                    for w in 0..4 {
+                        for lane in 0..32 {
+                            let (gid, tid) = (lane / 4, lane % 4);
+                            let n0 = (0..4).fold(m0[w][lane], |a, ww| a.max(mx[ww][gid]));
+                            let n1 = (0..4).fold(m1[w][lane], |a, ww| a.max(mx[ww][gid + 8]));
+                            let mu0 = if n0 == f32::NEG_INFINITY { 0.0 } else { n0 };
+                            let mu1 = if n1 == f32::NEG_INFINITY { 0.0 } else { n1 };
+                            let (al0, al1) = ((m0[w][lane] - mu0).exp2(), (m1[w][lane] - mu1).exp2());
+                            m0[w][lane] = n0;
+                            m1[w][lane] = n1;
+                            let pv: [f32; 4] =
+                                std::array::from_fn(|i| (s[w][lane][i] - if i < 2 { mu0 } else { mu1 }).exp2());
+                            l0[w][lane] = l0[w][lane] * al0 + pv[0] + pv[1];
+                            l1[w][lane] = l1[w][lane] * al1 + pv[2] + pv[3];
+                            for (r, lo_hi) in [(gid, pack(pv[0], pv[1])), (gid + 8, pack(pv[2], pv[3]))] {
+                                p[r * PS + 8 * w + 2 * tid] = lo_hi as u16;
+                                p[r * PS + 8 * w + 2 * tid + 1] = (lo_hi >> 16) as u16;
+                            }
+                            for a in acc[w].iter_mut() {
+                                a[lane][0] *= al0;
+                                a[lane][1] *= al0;
+                                a[lane][2] *= al1;
+                                a[lane][3] *= al1;
+                            }
+                        }
+                    }
+                    // O += P V.
+                    for w in 0..4 {
+                        for kk in 0..2 {
+                            let a = ldsm4(
+                                &p,
+                                |l| ((l & 7) + (((l >> 3) & 1) << 3)) * PS + 16 * kk + ((l >> 4) << 3),
+                                false,
+                            );
+                            for np in 0..lnt / 2 {
+                                let b = ldsm4(
+                                    &tile,
+                                    |l| {
+                                        let tok = 16 * kk + (((l >> 3) & 1) << 3) + (l & 7);
+                                        tok * row + w * mw + 16 * np + ((l >> 4) << 3)
+                                    },
+                                    true,
+                                );
+                                let b01: [[u32; 2]; 32] = std::array::from_fn(|l| [b[l][0], b[l][1]]);
+                                let b23: [[u32; 2]; 32] = std::array::from_fn(|l| [b[l][2], b[l][3]]);
+                                mma(&mut acc[w][2 * np], &a, &b01);
+                                mma(&mut acc[w][2 * np + 1], &a, &b23);
+                            }
+                        }
+                    }
+                }
+                // Row sums over lane quads and warps; partial rows out.
+                let mut sm_l = [[0f32; 16]; 4];
+                for w in 0..4 {
+                    for o in [1, 2] {
+                        let (a, b) = (shfl_xor(&l0[w], o), shfl_xor(&l1[w], o));
+                        for lane in 0..32 {
+                            l0[w][lane] += a[lane];
+                            l1[w][lane] += b[lane];
+                        }
+                    }
+                    for gid in 0..8 {
+                        sm_l[w][gid] = l0[w][4 * gid];
+                        sm_l[w][gid + 8] = l1[w][4 * gid];
+                    }
+                }
+                for w in 0..4 {
+                    for lane in 0..32 {
+                        let (gid, tid) = (lane / 4, lane % 4);
+                        for hr in 0..2 {
+                            let r = gid + 8 * hr;
+                            if r >= ht {
+                                continue;
+                            }
+                            let big_l: f32 = (0..4).map(|ww| sm_l[ww][r]).sum();
+                            let big_m = if hr == 0 { m0[w][lane] } else { m1[w][lane] };
+                            let prow = (orow0 + r) * nsplit + split;
+                            for n in 0..lnt {
+                                let d = w * mw + 8 * n + 2 * tid;
+                                part_o[prow * ld + d] = acc[w][n][lane][2 * hr];
+                                part_o[prow * ld + d + 1] = acc[w][n][lane][2 * hr + 1];
+                            }
+                            part_ml[prow * 2] = big_m;
+                            part_ml[prow * 2 + 1] = big_l;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (
+        crate::emulate::combine(&part_o, &part_ml, layers * gq, nsplit, ld),
+        mism,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::query_bits;
+    use crate::emulate::prefill;
+    use crate::layout::GroupKind;
+    use crate::reference::{decode_attention, rel_error};
+
+    fn check(bs: u32, qh: u32, ld: u32, ctx: u32, split: usize, ht: usize, corrupt: bool) -> u32 {
+        let nblocks = ctx.div_ceil(bs);
+        let g = GroupLayout {
+            kind: GroupKind::Mla,
+            block_size_tokens: bs,
+            layers: 2,
+            kv_heads: 1,
+            q_heads: qh,
+            head_dim: ld,
+            blocks_total: nblocks + 2,
+        };
+        let mut pool = vec![0u16; (g.block_elems() * u64::from(g.blocks_total)) as usize];
+        let table: Vec<u32> = (0..nblocks).map(|i| nblocks - i).collect();
+        let tokens: Vec<u32> = (0..ctx).map(|p| p * 7919 % 30011).collect();
+        prefill(&mut pool, &g, &tokens, 0, &table);
+        let mut read_table = table.clone();
+        if corrupt {
+            *read_table.last_mut().expect("one block") = nblocks + 1; // never written
+        }
+        let q: Vec<u16> = (0..2 * qh * ld)
+            .map(|i| query_bits(9, 3, 0, i / (qh * ld), (i / ld) % qh, i % ld))
+            .collect();
+        let (out, mism) = decode(&pool, &g, &tokens, &read_table, &q, split, ht);
+        if !corrupt {
+            assert_eq!(mism, 0);
+            let err = rel_error(&out, &decode_attention(&g, &tokens, &q));
+            assert!(
+                err < 1e-2,
+                "bs {bs} q {qh} ld {ld} ctx {ctx} split {split}: rel err {err}"
+            );
+        }
+        mism
+    }
+
+    #[test]
+    fn emulated_latent_mma_kernel_matches_reference() {
+        check(16, 16, 576, 100, 128, 16, false); // the DeepSeek shape, a partial last tile
+        check(64, 16, 576, 200, 64, 16, false); // four splits, blocks of 64
+        check(16, 8, 512, 45, 256, 8, false); // 8 heads: the upper 8 MMA rows are padding
+        check(32, 32, 64, 70, 128, 16, false); // two head tiles, the narrowest width
+    }
+
+    #[test]
+    fn emulated_latent_mma_verification_catches_an_unwritten_block() {
+        assert!(check(16, 16, 576, 64, 128, 16, true) > 0);
+    }
+}
