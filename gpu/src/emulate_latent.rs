@@ -1,7 +1,7 @@
 //! Test-only CPU emulation of `attn_latent_mma` (the tensor-core MLA decode kernel), warp by
-//! warp and lane by lane: the cp.async tile staging with zero fill, `ldmatrix` (plain and
-//! `.trans`) from the padded shared-memory rows, the four warps' partial scores summed in shared
-//! memory, P, and O = P V. It checks the fragment and index logic of the CUDA source against the
+//! warp and lane by lane: the stage fill (runs of padded rows, zeroed past the end), `ldmatrix`
+//! (plain and `.trans`) from the padded shared-memory rows, the four warps' partial scores summed
+//! in shared memory, P, O = P V, the two warp groups taking alternate tiles and their merge. It checks the fragment and index logic of the CUDA source against the
 //! f64 reference without a GPU; keep it in step with [`crate::kernels::SOURCE`].
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop)]
@@ -89,11 +89,16 @@ pub fn decode(
                         }
                     }
                 }
-                let mut acc = vec![vec![[[0f32; 4]; 32]; lnt]; 4];
-                let (mut m0, mut m1) = ([[f32::NEG_INFINITY; 32]; 4], [[f32::NEG_INFINITY; 32]; 4]);
-                let (mut l0, mut l1) = ([[0f32; 32]; 4], [[0f32; 32]; 4]);
+                // Softmax state of the two warp groups (group g takes tiles g, g + 2, ...).
+                let mut acc_g = vec![vec![vec![[[0f32; 4]; 32]; lnt]; 4]; 2];
+                let mut m0_g = [[[f32::NEG_INFINITY; 32]; 4]; 2];
+                let mut m1_g = [[[f32::NEG_INFINITY; 32]; 4]; 2];
+                let mut l0_g = [[[0f32; 32]; 4]; 2];
+                let mut l1_g = [[[0f32; 32]; 4]; 2];
                 let mut tile = vec![0u16; TT * row];
                 for t in 0..ntiles {
+                    let g = t % 2;
+                    let (acc, m0, m1, l0, l1) = (&mut acc_g[g], &mut m0_g[g], &mut m1_g[g], &mut l0_g[g], &mut l1_g[g]);
                     let t0 = s_begin + t * TT;
                     // The stage fill: runs of `run` padded rows copied whole from their block,
                     // runs that start at or after hi zeroed.
@@ -246,21 +251,24 @@ pub fn decode(
                         }
                     }
                 }
-                // Row sums over lane quads and warps; partial rows out.
-                let mut sm_l = [[0f32; 16]; 4];
-                for w in 0..4 {
-                    for o in [1, 2] {
-                        let (a, b) = (shfl_xor(&l0[w], o), shfl_xor(&l1[w], o));
-                        for lane in 0..32 {
-                            l0[w][lane] += a[lane];
-                            l1[w][lane] += b[lane];
+                // Row sums over lane quads and each group's warps.
+                let mut sm_l = [[[0f32; 16]; 4]; 2];
+                for g in 0..2 {
+                    for w in 0..4 {
+                        for o in [1, 2] {
+                            let (a, b) = (shfl_xor(&l0_g[g][w], o), shfl_xor(&l1_g[g][w], o));
+                            for lane in 0..32 {
+                                l0_g[g][w][lane] += a[lane];
+                                l1_g[g][w][lane] += b[lane];
+                            }
+                        }
+                        for gid in 0..8 {
+                            sm_l[g][w][gid] = l0_g[g][w][4 * gid];
+                            sm_l[g][w][gid + 8] = l1_g[g][w][4 * gid];
                         }
                     }
-                    for gid in 0..8 {
-                        sm_l[w][gid] = l0[w][4 * gid];
-                        sm_l[w][gid + 8] = l1[w][4 * gid];
-                    }
                 }
+                // Group 0 merges group 1's (M, L, O) and writes the partial rows.
                 for w in 0..4 {
                     for lane in 0..32 {
                         let (gid, tid) = (lane / 4, lane % 4);
@@ -269,16 +277,31 @@ pub fn decode(
                             if r >= ht {
                                 continue;
                             }
-                            let big_l: f32 = (0..4).map(|ww| sm_l[ww][r]).sum();
-                            let big_m = if hr == 0 { m0[w][lane] } else { m1[w][lane] };
+                            let m_of = |g: usize| if hr == 0 { m0_g[g][w][lane] } else { m1_g[g][w][lane] };
+                            let (ma, mb) = (m_of(0), m_of(1));
+                            let (la, lb): (f32, f32) = (
+                                (0..4).map(|ww| sm_l[0][ww][r]).sum(),
+                                (0..4).map(|ww| sm_l[1][ww][r]).sum(),
+                            );
+                            let big_m = ma.max(mb);
+                            let f = |m: f32| {
+                                if m == f32::NEG_INFINITY {
+                                    0.0
+                                } else {
+                                    (m - big_m).exp2()
+                                }
+                            };
+                            let (fa, fb) = (f(ma), f(mb));
                             let prow = (orow0 + r) * nsplit + split;
                             for n in 0..lnt {
                                 let d = w * mw + 8 * n + 2 * tid;
-                                part_o[prow * ld + d] = acc[w][n][lane][2 * hr];
-                                part_o[prow * ld + d + 1] = acc[w][n][lane][2 * hr + 1];
+                                for e in 0..2 {
+                                    part_o[prow * ld + d + e] =
+                                        acc_g[0][w][n][lane][2 * hr + e] * fa + acc_g[1][w][n][lane][2 * hr + e] * fb;
+                                }
                             }
                             part_ml[prow * 2] = big_m;
-                            part_ml[prow * 2 + 1] = big_l;
+                            part_ml[prow * 2 + 1] = la * fa + lb * fb;
                         }
                     }
                 }

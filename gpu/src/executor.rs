@@ -243,7 +243,7 @@ fn kernel_for(g: &GroupLayout, latent_stages: Option<u32>) -> Option<AttnKernel>
         ) => Some(AttnKernel::LatentMma {
             latent_dim,
             head_tile,
-            stages: stages.max(2),
+            stages: stages.max(2).div_ceil(2) * 2, // even: see lower::latent_mma_stages
         }),
         (k, _) => Some(k),
     }
@@ -263,8 +263,8 @@ pub struct ExecutorOptions {
     /// Spin while synchronising (`CU_CTX_SCHED_SPIN`) instead of the driver's automatic
     /// choice, so the issuing thread stays hot across the long waits before timed windows.
     pub spin_wait: bool,
-    /// Pipeline depth of the tensor-core latent kernel instead of the deepest that fits
-    /// (a tuning knob for the bandwidth benchmark).
+    /// Pipeline depth of the tensor-core latent kernel instead of the deepest that fits,
+    /// rounded up to even (a tuning knob for the bandwidth benchmark).
     pub latent_stages: Option<u32>,
 }
 
@@ -525,7 +525,7 @@ impl GpuExecutor {
                 )?;
             }
             let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, smem as usize, None)?
+                .occupancy_max_active_blocks_per_multiprocessor(k.threads(), smem as usize, None)?
                 .max(1);
             attn.insert(k, (name, f, per_sm));
             if let AttnKernel::LatentMma { .. } = k {
@@ -1092,7 +1092,7 @@ impl GpuExecutor {
                     .arg(&split_tokens)
                     .arg(&nsplit)
                     .arg(&scale_log2)
-                    .launch(cfg(grid, DECODE_THREADS, l.kernel.dynamic_smem()))
+                    .launch(cfg(grid, l.kernel.threads(), l.kernel.dynamic_smem()))
             }?;
             if let (Some(combine), true) = (self.attn_combine.get(&l.kernel), nsplit > 1) {
                 let rows = (l.reqs.len() * g.layers as usize * g.q_heads as usize) as i32;

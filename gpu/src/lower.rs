@@ -3,6 +3,7 @@
 //! Pure functions, unit-tested without a GPU.
 
 use crate::content::{packed_tag, StateDigest};
+use crate::kernels::DECODE_THREADS;
 use crate::layout::{GroupKind, GroupLayout, MLA_ROW_PAD, MMA_MAX_HEAD_DIM};
 
 /// Positions a decode CTA's tile starts on: ranges are aligned down to this many positions.
@@ -16,6 +17,8 @@ const LATENT_REG_CHUNKS: u32 = 6;
 /// Widest latent the tensor-core latent kernel takes (its accumulators, `latent_dim / 32 * 4`
 /// per lane, and Q fragments, `latent_dim / 64 * 4`, live in registers).
 pub const LATENT_MMA_MAX_DIM: u32 = 768;
+/// Most tile stages the tensor-core latent kernel keeps.
+const LATENT_MMA_MAX_STAGES: u32 = 6;
 /// Static shared memory the tensor-core latent kernel keeps beside its dynamic allocation
 /// (mbarriers), rounded up.
 const LATENT_MMA_STATIC_SMEM: u32 = 512;
@@ -126,6 +129,15 @@ impl AttnKernel {
         }
     }
 
+    /// Threads per CTA: two groups of four warps for the tensor-core latent kernel, four warps
+    /// for the others.
+    pub fn threads(self) -> u32 {
+        match self {
+            AttnKernel::LatentMma { .. } => 2 * DECODE_THREADS,
+            _ => DECODE_THREADS,
+        }
+    }
+
     /// Dynamic shared memory a CTA of this kernel needs (bytes).
     pub fn dynamic_smem(self) -> u32 {
         match self {
@@ -142,28 +154,34 @@ pub fn latent_mma_takes(latent_dim: u32) -> bool {
 }
 
 /// Shared memory of the tensor-core latent kernel: `stages` tiles of 32 rows (padded by
-/// [`MLA_ROW_PAD`] elements, as in the pool, so ldmatrix rows fall in distinct banks), four f32
-/// partial-score tiles (16 x 40),
-/// P (16 x 40 bf16), and per-warp row maxima and sums. Mirrors the layout in the CUDA source.
+/// [`MLA_ROW_PAD`] elements, as in the pool, so ldmatrix rows fall in distinct banks), and per
+/// group of warps four f32 partial-score tiles (16 x 40), P (16 x 40 bf16), row maxima and row
+/// sums, plus 16 (M, L) pairs for the merge. Mirrors the layout in the CUDA source.
 pub fn latent_mma_smem(latent_dim: u32, stages: u32) -> u32 {
-    stages * 32 * (latent_dim + MLA_ROW_PAD) * 2 + 4 * 16 * 40 * 4 + 16 * 40 * 2 + 2 * 64 * 4
+    stages * 32 * (latent_dim + MLA_ROW_PAD) * 2 + 2 * (4 * 16 * 40 * 4 + 16 * 40 * 2 + 64 * 4 + 64 * 4) + 16 * 2 * 4
 }
 
-/// Pipeline depth of the tensor-core latent kernel: two stages, so that two CTAs share an SM
-/// (on the H200 that beat one CTA with three or five stages, docs/gpu-bandwidth.md). Checked
-/// to fit: widths up to [`LATENT_MMA_MAX_DIM`] take two CTAs of two stages per SM.
-pub fn latent_mma_stages(_latent_dim: u32) -> u32 {
-    2
+/// Pipeline depth of the tensor-core latent kernel: the deepest even count, at most
+/// [`LATENT_MMA_MAX_STAGES`], that fits one CTA (one CTA of two warp groups per SM). Even,
+/// because a group refills the stage it just finished with the tile `stages` ahead, which must
+/// be its own: with an odd count the other group could wait on that stage's barrier two phases
+/// early and pass on the parity of an old phase (seen on the H200 with three stages).
+pub fn latent_mma_stages(latent_dim: u32) -> u32 {
+    (1..=LATENT_MMA_MAX_STAGES / 2)
+        .rev()
+        .map(|h| 2 * h)
+        .find(|&s| latent_mma_ctas_per_sm(latent_dim, s) >= 1)
+        .unwrap_or(2)
 }
 
 /// CTAs of the tensor-core latent kernel that fit on one SM by shared memory (sm_90: 228 KiB
 /// per SM, 227 KiB per CTA, 1 KiB reserved per CTA).
 pub fn latent_mma_ctas_per_sm(latent_dim: u32, stages: u32) -> u32 {
-    let per_cta = latent_mma_smem(latent_dim, stages) + LATENT_MMA_STATIC_SMEM + 1024;
-    if per_cta - 1024 > SM90_MAX_DYNAMIC_SMEM {
+    let per_cta = latent_mma_smem(latent_dim, stages) + LATENT_MMA_STATIC_SMEM;
+    if per_cta > SM90_MAX_DYNAMIC_SMEM {
         0
     } else {
-        SM90_SMEM_PER_SM / per_cta
+        SM90_SMEM_PER_SM / (per_cta + 1024)
     }
 }
 
@@ -309,18 +327,26 @@ mod tests {
             Some(AttnKernel::LatentMma {
                 latent_dim: 576,
                 head_tile: 16,
-                stages: 2
+                stages: 4
             })
         );
         let k = mla576.expect("latent kernel");
-        assert_eq!(k.module_name(), "attn_latent_mma_d576_h16_s2");
-        // At least two CTAs of two stages share an SM at every width the kernel takes; five
-        // stages fit one CTA at 576, six do not.
+        assert_eq!(k.module_name(), "attn_latent_mma_d576_h16_s4");
+        assert_eq!(k.threads(), 256);
+        assert_eq!(k.dynamic_smem(), latent_mma_smem(576, 4));
+        // Every width the kernel takes fits an even stage count of at least two; 576 fits five
+        // stages but not six, so it takes four; narrow widths take six.
         for ld in (64..=LATENT_MMA_MAX_DIM).step_by(64) {
-            assert!(latent_mma_ctas_per_sm(ld, latent_mma_stages(ld)) >= 2, "{ld}");
+            let st = latent_mma_stages(ld);
+            assert!(
+                latent_mma_ctas_per_sm(ld, st) >= 1 && st >= 2 && st.is_multiple_of(2),
+                "{ld}"
+            );
         }
         assert_eq!(latent_mma_ctas_per_sm(576, 5), 1);
         assert_eq!(latent_mma_ctas_per_sm(576, 6), 0);
+        assert_eq!(latent_mma_stages(768), 4);
+        assert_eq!(latent_mma_stages(64), 6);
         assert_eq!(
             AttnKernel::for_group(&group(GroupKind::Mla, 32, 128)).map(AttnKernel::head_tile),
             Some(16)
