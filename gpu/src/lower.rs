@@ -138,6 +138,15 @@ impl AttnKernel {
         }
     }
 
+    /// CTAs per SM the kernel is built for, when its design fixes it: the tensor-core latent
+    /// kernel takes a whole SM (`__launch_bounds__(256, 1)`, most of shared memory).
+    pub fn max_ctas_per_sm(self) -> Option<u32> {
+        match self {
+            AttnKernel::LatentMma { .. } => Some(1),
+            _ => None,
+        }
+    }
+
     /// Dynamic shared memory a CTA of this kernel needs (bytes).
     pub fn dynamic_smem(self) -> u32 {
         match self {
@@ -333,6 +342,7 @@ mod tests {
         let k = mla576.expect("latent kernel");
         assert_eq!(k.module_name(), "attn_latent_mma_d576_h16_s4");
         assert_eq!(k.threads(), 256);
+        assert_eq!(k.max_ctas_per_sm(), Some(1));
         assert_eq!(k.dynamic_smem(), latent_mma_smem(576, 4));
         // Every width the kernel takes fits an even stage count of at least two; 576 fits five
         // stages but not six, so it takes four; narrow widths take six.

@@ -457,3 +457,30 @@ fn bad_input_exits_2_and_writes_nothing() {
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }
+
+#[test]
+fn mla_decodes_are_described_with_the_tensor_core_latent_kernel_one_cta_per_sm() {
+    // The built-in profile knows no resident count for the latent module; the kernel's own
+    // bound (one CTA of two warp groups per SM) caps the default of two per SM, so the
+    // predicted split matches what the executor picks on the device.
+    let plan = run_sweep(&find_scenario("deepseek-mla").unwrap(), Some(Strategy::Chain))
+        .unwrap()
+        .plan;
+    let profile = Profile::h200();
+    let (_, steps) = describe_plan(&plan, &profile, &RunOptions::default()).unwrap();
+    let latent: Vec<&AttnDesc> = steps
+        .iter()
+        .flat_map(|s| &s.ops)
+        .filter_map(|o| match o {
+            OpDesc::Decode { launches } => Some(launches),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(!latent.is_empty());
+    for a in latent {
+        assert!(a.module.starts_with("attn_latent_mma_d576_h16_s"), "{}", a.module);
+        assert_eq!(a.family, Family::Mma);
+        assert_eq!(a.resident, u64::from(profile.sm_count));
+    }
+}

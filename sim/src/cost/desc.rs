@@ -192,7 +192,7 @@ pub trait DescSource {
     fn routing(&mut self, step: usize, op: usize, m: &MoeOp, layout: &DeviceLayout) -> Routing;
 }
 
-fn attn_launches(layout: &DeviceLayout, d: &kvsim_gpu::DecodeOp, src: &dyn DescSource) -> Vec<AttnDesc> {
+fn attn_launches(layout: &DeviceLayout, d: &kvsim_gpu::DecodeOp, src: &dyn DescSource, sm_count: u32) -> Vec<AttnDesc> {
     let mut groups: Vec<kvsim_gpu::GroupId> = d.seqs.iter().flat_map(|s| s.tables.iter().map(|t| t.group)).collect();
     groups.sort();
     groups.dedup();
@@ -212,7 +212,12 @@ fn attn_launches(layout: &DeviceLayout, d: &kvsim_gpu::DecodeOp, src: &dyn DescS
         let head_tiles = g.gqa_group() / kernel.head_tile();
         let per_split = seqs.len() as u64 * u64::from(g.layers * g.kv_heads * head_tiles);
         let module = kernel.module_name();
-        let resident = src.resident(&module).max(1);
+        // A kernel built for one CTA per SM never has more resident, whatever the source says.
+        let resident = match kernel.max_ctas_per_sm() {
+            Some(cap) => src.resident(&module).min(u64::from(cap) * u64::from(sm_count)),
+            None => src.resident(&module),
+        }
+        .max(1);
         let split = choose_split(max_span, per_split, resident, None);
         out.push(AttnDesc {
             module,
@@ -303,7 +308,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                 GpuOp::DecodeAttention(d) => {
                     batch = batch.max(d.seqs.len() as u64);
                     ctx_tokens += d.seqs.iter().map(|s| u64::from(s.ctx_tokens())).sum::<u64>();
-                    let launches = attn_launches(layout, d, src);
+                    let launches = attn_launches(layout, d, src, sm_count);
                     kv_bytes += launches.iter().map(|l| l.bytes).sum::<u64>();
                     OpDesc::Decode { launches }
                 }
