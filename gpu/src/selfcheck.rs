@@ -28,6 +28,9 @@ pub const G_FULL_D256: GroupId = GroupId(5);
 pub const G_FULL_G32: GroupId = GroupId(6);
 /// Sliding window over 4-token blocks with head dim 8 (the generic kernel's shape).
 pub const G_SMALL: GroupId = GroupId(7);
+/// MLA with a 96-wide latent (not a multiple of 64: the CUDA-core latent kernel) over 8-token
+/// blocks (4 heads).
+pub const G_MLA_NARROW: GroupId = GroupId(8);
 /// Window of [`G_SMALL`].
 pub const SMALL_WINDOW: u32 = 10;
 /// Window of [`G_SWA`].
@@ -75,6 +78,7 @@ pub fn layout() -> DeviceLayout {
                 8,
                 64,
             ),
+            attn(GroupKind::Mla, 8, 2, 1, 4, 96, 48),
         ],
         moe: Some(MoeLayout {
             hidden: 512,
@@ -149,9 +153,18 @@ fn windowed(g: &GroupLayout, table: &[BlockId], ctx: u32) -> Vec<BlockId> {
         .collect()
 }
 
-const ATTN_GROUPS: [GroupId; 7] = [G_FULL, G_SWA, G_CHUNKED, G_MLA, G_FULL_D256, G_FULL_G32, G_SMALL];
+const ATTN_GROUPS: [GroupId; 8] = [
+    G_FULL,
+    G_SWA,
+    G_CHUNKED,
+    G_MLA,
+    G_FULL_D256,
+    G_FULL_G32,
+    G_SMALL,
+    G_MLA_NARROW,
+];
 /// Decode outputs of the clean program (requests x groups read).
-const CLEAN_OUTPUTS: usize = 18;
+const CLEAN_OUTPUTS: usize = 20;
 
 /// The clean program: prefills, decodes over every attention group (with sliding-window and
 /// chunked tables nulled below the range), a copy-on-write prefix share, a zeroed finished
