@@ -5,7 +5,7 @@
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use crate::content::{bf16_to_f32, f32_to_bf16, kv_bits, packed_tag, PLANE_K, PLANE_V};
+use crate::content::{bf16_to_f32, f32_to_bf16, kv_bits, packed_tags, PLANE_K, PLANE_V};
 use crate::layout::GroupLayout;
 use crate::lower::aligned_lo;
 
@@ -112,11 +112,7 @@ pub fn decode(
     let plane_elems = kv_heads * head_elems;
     let block_elems = layers * 2 * plane_elems;
     let scale_log2 = std::f32::consts::LOG2_E / (hd as f32).sqrt();
-    let tags: Vec<u64> = tokens
-        .iter()
-        .enumerate()
-        .map(|(p, &t)| packed_tag(t, p as u32))
-        .collect();
+    let tags = packed_tags(tokens);
     let (kpairs, ndt) = (hd / 32, hd / 8);
     let mut part_o = vec![0f32; layers * q_heads * nsplit * hd];
     let mut part_ml = vec![0f32; layers * q_heads * nsplit * 2];
@@ -337,6 +333,47 @@ pub fn decode(
     (combine(&part_o, &part_ml, layers * q_heads, nsplit, hd), mism)
 }
 
+/// What an emulated decode reads: a pool prefilled with `ctx` tokens of one request through a
+/// scattered table (blocks in reverse order, two spare blocks), the table the decode reads
+/// (with `corrupt`, its last entry points at a block never written), the tokens, and queries
+/// for two layers. `g.blocks_total` is set here.
+pub(crate) struct Fixture {
+    pub g: GroupLayout,
+    pub pool: Vec<u16>,
+    pub read_table: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub q: Vec<u16>,
+}
+
+impl Fixture {
+    pub(crate) fn new(g: GroupLayout, ctx: u32, corrupt: bool, q_salt: u32) -> Fixture {
+        let nblocks = ctx.div_ceil(g.block_size_tokens);
+        let g = GroupLayout {
+            blocks_total: nblocks + 2,
+            ..g
+        };
+        let mut pool = vec![0u16; (g.block_elems() * u64::from(g.blocks_total)) as usize];
+        let table: Vec<u32> = (0..nblocks).map(|i| nblocks - i).collect();
+        let tokens: Vec<u32> = (0..ctx).map(|p| p * 7919 % 30011).collect();
+        prefill(&mut pool, &g, &tokens, 0, &table);
+        let mut read_table = table;
+        if corrupt {
+            *read_table.last_mut().expect("one block") = nblocks + 1; // never written
+        }
+        let (qh, hd) = (g.q_heads, g.head_dim);
+        let q = (0..g.layers * qh * hd)
+            .map(|i| crate::content::query_bits(5, q_salt, 0, i / (qh * hd), (i / hd) % qh, i % hd))
+            .collect();
+        Fixture {
+            g,
+            pool,
+            read_table,
+            tokens,
+            q,
+        }
+    }
+}
+
 /// `combine_if_last` over every output row: `out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M)`.
 pub(crate) fn combine(part_o: &[f32], part_ml: &[f32], rows: usize, nsplit: usize, hd: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * hd];
@@ -361,7 +398,6 @@ pub(crate) fn combine(part_o: &[f32], part_ml: &[f32], rows: usize, nsplit: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::query_bits;
     use crate::layout::GroupKind;
     use crate::lower::AttnKernel;
     use crate::reference::{decode_attention, rel_error};
@@ -376,23 +412,13 @@ mod tests {
             head_dim: hd,
             blocks_total: 0,
         };
-        let nblocks = ctx.div_ceil(bs);
-        let g = GroupLayout {
-            blocks_total: nblocks + 2,
-            ..g
-        };
-        let mut pool = vec![0u16; (g.block_elems() * u64::from(g.blocks_total)) as usize];
-        // Scattered table: blocks in reverse order.
-        let table: Vec<u32> = (0..nblocks).map(|i| nblocks - i).collect();
-        let tokens: Vec<u32> = (0..ctx).map(|p| p * 7919 % 30011).collect();
-        prefill(&mut pool, &g, &tokens, 0, &table);
-        let mut read_table = table.clone();
-        if corrupt {
-            *read_table.last_mut().expect("one block") = nblocks + 1; // never written
-        }
-        let q: Vec<u16> = (0..2 * qh * hd)
-            .map(|i| query_bits(5, 1, 0, i / (qh * hd), (i / hd) % qh, i % hd))
-            .collect();
+        let Fixture {
+            g,
+            pool,
+            read_table,
+            tokens,
+            q,
+        } = Fixture::new(g, ctx, corrupt, 1);
         let ht = AttnKernel::for_group(&g).expect("attention").head_tile() as usize;
         let (out, mism) = decode(&pool, &g, &tokens, &read_table, &q, split, ht);
         if corrupt {

@@ -6,7 +6,7 @@
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop)]
 
-use crate::content::packed_tag;
+use crate::content::packed_tags;
 use crate::emulate::{mma, pack, shfl_xor};
 use crate::layout::GroupLayout;
 
@@ -54,11 +54,7 @@ pub fn decode(
     let (lo, hi) = (0usize, tokens.len());
     let nsplit = hi.div_ceil(split_tokens).max(1);
     let scale_log2 = std::f32::consts::LOG2_E / (ld as f32).sqrt();
-    let tags: Vec<u64> = tokens
-        .iter()
-        .enumerate()
-        .map(|(p, &t)| packed_tag(t, p as u32))
-        .collect();
+    let tags = packed_tags(tokens);
     let block_elems = g.block_elems() as usize;
     let mut part_o = vec![0f32; layers * gq * nsplit * ld];
     let mut part_ml = vec![0f32; layers * gq * nsplit * 2];
@@ -317,13 +313,11 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::content::query_bits;
-    use crate::emulate::prefill;
+    use crate::emulate::Fixture;
     use crate::layout::GroupKind;
     use crate::reference::{decode_attention, rel_error};
 
     fn check(bs: u32, qh: u32, ld: u32, ctx: u32, split: usize, ht: usize, corrupt: bool) -> u32 {
-        let nblocks = ctx.div_ceil(bs);
         let g = GroupLayout {
             kind: GroupKind::Mla,
             block_size_tokens: bs,
@@ -331,19 +325,15 @@ mod tests {
             kv_heads: 1,
             q_heads: qh,
             head_dim: ld,
-            blocks_total: nblocks + 2,
+            blocks_total: 0,
         };
-        let mut pool = vec![0u16; (g.block_elems() * u64::from(g.blocks_total)) as usize];
-        let table: Vec<u32> = (0..nblocks).map(|i| nblocks - i).collect();
-        let tokens: Vec<u32> = (0..ctx).map(|p| p * 7919 % 30011).collect();
-        prefill(&mut pool, &g, &tokens, 0, &table);
-        let mut read_table = table.clone();
-        if corrupt {
-            *read_table.last_mut().expect("one block") = nblocks + 1; // never written
-        }
-        let q: Vec<u16> = (0..2 * qh * ld)
-            .map(|i| query_bits(9, 3, 0, i / (qh * ld), (i / ld) % qh, i % ld))
-            .collect();
+        let Fixture {
+            g,
+            pool,
+            read_table,
+            tokens,
+            q,
+        } = Fixture::new(g, ctx, corrupt, 3);
         let (out, mism) = decode(&pool, &g, &tokens, &read_table, &q, split, ht);
         if !corrupt {
             assert_eq!(mism, 0);

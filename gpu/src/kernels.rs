@@ -125,6 +125,15 @@ __device__ __forceinline__ void combine_if_last(const float* part_o, const float
   }
 }
 
+// The parameters every decode kernel takes (one launch path in the executor).
+#define DECODE_PARAMS                                                                           \
+    const u16* __restrict__ pool, const u32* __restrict__ tables, int table_stride,            \
+    const int* __restrict__ lo_arr, const int* __restrict__ hi_arr,                             \
+    const u64* __restrict__ expected, int exp_stride, const u16* __restrict__ q,                \
+    float* __restrict__ part_o, float* __restrict__ part_ml, float* __restrict__ out,           \
+    u32* __restrict__ counters, u32* __restrict__ verify,                                       \
+    int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2
+
 __device__ __forceinline__ float dot8(uint4 w, const float* x) {
   return bf16f(w.x & 0xffffu) * x[0] + bf16f(w.x >> 16) * x[1] + bf16f(w.y & 0xffffu) * x[2] + bf16f(w.y >> 16) * x[3]
        + bf16f(w.z & 0xffffu) * x[4] + bf16f(w.z >> 16) * x[5] + bf16f(w.w & 0xffffu) * x[6] + bf16f(w.w >> 16) * x[7];
@@ -343,13 +352,7 @@ __device__ __forceinline__ uint4 ldg_l2_256(const uint4* p) {
 // accumulators (a C operand that is not one register quad costs copies and spills).
 #define MMA_ROWS(c, a0, a1, a2, a3, b0, b1) mma16816(c, a0, a1, a2, a3, b0, b1)
 
-extern "C" __global__ void __launch_bounds__(128, 2) attn_mma(
-    const u16* __restrict__ pool, const u32* __restrict__ tables, int table_stride,
-    const int* __restrict__ lo_arr, const int* __restrict__ hi_arr,
-    const u64* __restrict__ expected, int exp_stride, const u16* __restrict__ q,
-    float* __restrict__ part_o, float* __restrict__ part_ml, float* __restrict__ out,
-    u32* __restrict__ counters, u32* __restrict__ verify, int layers, int kv_heads, int G, int bs,
-    int split_tokens, int nsplit, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(128, 2) attn_mma(DECODE_PARAMS) {
   __shared__ float sm_o[NWARPS][HT][HD];
   __shared__ float sm_ml[NWARPS][16][2];
   const int head_tiles = G / HT;
@@ -610,13 +613,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_mma(
 #ifdef GHD
 #define GCPL ((GHD + 31) / 32)
 #define GNWARPS 4
-extern "C" __global__ void __launch_bounds__(128) attn_generic(
-    const u16* __restrict__ pool, const u32* __restrict__ tables, int table_stride,
-    const int* __restrict__ lo_arr, const int* __restrict__ hi_arr,
-    const u64* __restrict__ expected, int exp_stride, const u16* __restrict__ q,
-    float* __restrict__ part_o, float* __restrict__ part_ml, float* __restrict__ out,
-    u32* __restrict__ counters, u32* __restrict__ verify,
-    int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(128) attn_generic(DECODE_PARAMS) {
   __shared__ float sm_o[GNWARPS][GHD];
   __shared__ float sm_ml[GNWARPS][2];
   const int split = blockIdx.x / G;
@@ -724,13 +721,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_generic(
 #define NCH (LD / 8)
 #define CPL ((NCH + 31) / 32)
 #define NWARPS 4
-extern "C" __global__ void __launch_bounds__(128) attn_latent(
-    const u16* __restrict__ pool, const u32* __restrict__ tables, int table_stride,
-    const int* __restrict__ lo_arr, const int* __restrict__ hi_arr,
-    const u64* __restrict__ expected, int exp_stride, const u16* __restrict__ q,
-    float* __restrict__ part_o, float* __restrict__ part_ml, float* __restrict__ out,
-    u32* __restrict__ counters, u32* __restrict__ verify,
-    int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(128) attn_latent(DECODE_PARAMS) {
   __shared__ float sm_o[NWARPS][GT][LD];
   __shared__ float sm_ml[NWARPS][GT][2];
   const int head_tiles = G / GT;
@@ -908,13 +899,7 @@ __device__ __forceinline__ void group_sync(int grp) {
   asm volatile("bar.sync %0, 128;" :: "r"(grp + 1) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(
-    const u16* __restrict__ pool, const u32* __restrict__ tables, int table_stride,
-    const int* __restrict__ lo_arr, const int* __restrict__ hi_arr,
-    const u64* __restrict__ expected, int exp_stride, const u16* __restrict__ q,
-    float* __restrict__ part_o, float* __restrict__ part_ml, float* __restrict__ out,
-    u32* __restrict__ counters, u32* __restrict__ verify,
-    int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARAMS) {
   extern __shared__ __align__(16) unsigned char sm_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
   const int grp = warp >> 2, wg = warp & 3;
