@@ -90,15 +90,8 @@ fn u4(pool: &[u16], at: usize) -> [u32; 4] {
 
 /// Output of the emulated decode for one request: `[layer][q_head][dim]`, plus the number of
 /// tag mismatches the verification found.
-pub fn decode(
-    pool: &[u16],
-    g: &GroupLayout,
-    tokens: &[u32],
-    table: &[u32],
-    q: &[u16],
-    split_tokens: u32,
-    ht_size: usize,
-) -> (Vec<f32>, u32) {
+pub fn decode(f: &Fixture, split_tokens: u32, ht_size: usize) -> (Vec<f32>, u32) {
+    let (pool, g, tokens, table, q) = (&f.pool[..], &f.g, &f.tokens[..], &f.read_table[..], &f.q[..]);
     let hd = g.head_dim as usize;
     let (bs, layers, kv_heads) = (g.block_size_tokens as i64, g.layers as usize, g.kv_heads as usize);
     let gq = g.gqa_group() as usize;
@@ -412,21 +405,16 @@ mod tests {
             head_dim: hd,
             blocks_total: 0,
         };
-        let Fixture {
-            g,
-            pool,
-            read_table,
-            tokens,
-            q,
-        } = Fixture::new(g, ctx, corrupt, 1);
-        let ht = AttnKernel::for_group(&g).expect("attention").head_tile() as usize;
-        let (out, mism) = decode(&pool, &g, &tokens, &read_table, &q, split, ht);
+        let f = Fixture::new(g, ctx, corrupt, 1);
+        let (g, tokens, q) = (&f.g, &f.tokens, &f.q);
+        let ht = AttnKernel::for_group(g).expect("attention").head_tile() as usize;
+        let (out, mism) = decode(&f, split, ht);
         if corrupt {
             assert!(mism > 0);
             return;
         }
         assert_eq!(mism, 0);
-        let reference = decode_attention(&g, &tokens, &q);
+        let reference = decode_attention(g, tokens, q);
         let err = rel_error(&out, &reference);
         assert!(
             err < 1e-2,

@@ -7,7 +7,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::content::packed_tags;
-use crate::emulate::{mma, pack, shfl_xor};
+use crate::emulate::{mma, pack, shfl_xor, Fixture};
 use crate::layout::GroupLayout;
 
 /// Positions per tile (`LTT`).
@@ -38,15 +38,8 @@ fn ldsm4(smem: &[u16], row_at: impl Fn(usize) -> usize, trans: bool) -> [[u32; 4
 
 /// Output of the emulated decode for one request, `[layer][q_head][dim]`, and the tag
 /// mismatches the verification found. `split_tokens` is a multiple of 32; `ht` heads per CTA.
-pub fn decode(
-    pool: &[u16],
-    g: &GroupLayout,
-    tokens: &[u32],
-    table: &[u32],
-    q: &[u16],
-    split_tokens: usize,
-    ht: usize,
-) -> (Vec<f32>, u32) {
+pub fn decode(f: &Fixture, split_tokens: usize, ht: usize) -> (Vec<f32>, u32) {
+    let (pool, g, tokens, table, q) = (&f.pool[..], &f.g, &f.tokens[..], &f.read_table[..], &f.q[..]);
     let ld = g.head_dim as usize;
     let (bs, layers, gq) = (g.block_size_tokens as usize, g.layers as usize, g.q_heads as usize);
     let (mw, row) = (ld / 4, g.row_elems() as usize);
@@ -313,7 +306,6 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulate::Fixture;
     use crate::layout::GroupKind;
     use crate::reference::{decode_attention, rel_error};
 
@@ -327,17 +319,11 @@ mod tests {
             head_dim: ld,
             blocks_total: 0,
         };
-        let Fixture {
-            g,
-            pool,
-            read_table,
-            tokens,
-            q,
-        } = Fixture::new(g, ctx, corrupt, 3);
-        let (out, mism) = decode(&pool, &g, &tokens, &read_table, &q, split, ht);
+        let f = Fixture::new(g, ctx, corrupt, 3);
+        let (out, mism) = decode(&f, split, ht);
         if !corrupt {
             assert_eq!(mism, 0);
-            let err = rel_error(&out, &decode_attention(&g, &tokens, &q));
+            let err = rel_error(&out, &decode_attention(&f.g, &f.tokens, &f.q));
             assert!(
                 err < 1e-2,
                 "bs {bs} q {qh} ld {ld} ctx {ctx} split {split}: rel err {err}"
