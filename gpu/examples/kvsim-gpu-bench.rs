@@ -206,17 +206,21 @@ fn run(args: &Args, log: &mut Log) -> Result<bool, kvsim_gpu::GpuError> {
             log.line(&format!("FAILED: {violations} violations during the bandwidth runs"));
             ok = false;
         }
-        let mut best: Vec<(&str, f64)> = Vec::new();
+        let mut best: Vec<(&str, f64, f64)> = Vec::new();
         for r in &rows {
-            match best.iter_mut().find(|(n, _)| *n == r.shape.name) {
-                Some(b) => b.1 = b.1.max(r.fraction()),
-                None => best.push((r.shape.name, r.fraction())),
+            match best.iter_mut().find(|(n, _, _)| *n == r.shape.name) {
+                Some(b) => {
+                    b.1 = b.1.max(r.fraction());
+                    b.2 = b.2.max(r.same_fraction());
+                }
+                None => best.push((r.shape.name, r.fraction(), r.same_fraction())),
             }
         }
-        for (name, f) in best {
+        for (name, f, same) in best {
             log.line(&format!(
-                "best {name}: {:.1}% of copy ({})",
+                "best {name}: {:.1}% of copy, {:.1}% of a same-bytes copy ({})",
                 100.0 * f,
+                100.0 * same,
                 if f >= bandwidth::GOAL_FRACTION {
                     "meets the 85% goal"
                 } else {

@@ -146,6 +146,11 @@ impl Shape {
     }
 
     /// Positions each decode attends to.
+    /// K/V (or latent) bytes one decode of the shape reads.
+    pub fn kv_bytes(&self) -> u64 {
+        u64::from(self.batch) * u64::from(self.attended_tokens()) * self.group(1).kv_bytes_per_position()
+    }
+
     pub fn attended_tokens(&self) -> u32 {
         let r = self.kind.attend_range(self.ctx_tokens);
         r.end - r.start
@@ -231,6 +236,8 @@ pub struct BandwidthRow {
     pub median_us: f64,
     pub gbps: f64,
     pub copy_gbps: f64,
+    /// Bandwidth of a copy moving as many bytes (read + written) as the decode reads.
+    pub same_copy_gbps: f64,
     pub violations: usize,
     pub rows_verified: u64,
     /// Relative error of request 0's output against the f64 reference (heuristic split only).
@@ -238,6 +245,15 @@ pub struct BandwidthRow {
 }
 
 impl BandwidthRow {
+    /// Attention bandwidth over the bandwidth of a same-bytes copy.
+    pub fn same_fraction(&self) -> f64 {
+        if self.same_copy_gbps > 0.0 {
+            self.gbps / self.same_copy_gbps
+        } else {
+            0.0
+        }
+    }
+
     /// Attention bandwidth over copy bandwidth.
     pub fn fraction(&self) -> f64 {
         if self.copy_gbps > 0.0 {
@@ -293,6 +309,9 @@ pub fn run(
                 report.steps.iter().map(|s| s.device_ms).sum::<f32>()
             ));
             let copy = exec.bench_copy(COPY_BYTES, 3, if quick { 5 } else { 20 })?;
+            // A copy that moves as many bytes (read + written) as the decode reads: the same
+            // launch, start-up and tail costs over the same traffic.
+            let same = exec.bench_copy((shape.kv_bytes() / 2) as usize, 3, if quick { 5 } else { 20 })?;
             let mut seen = Vec::new();
             // MLA shapes also try finer splits (two waves of CTAs: shorter tails).
             let forced: &[u32] = if shape.kind == GroupKind::Mla {
@@ -331,6 +350,7 @@ pub fn run(
                     median_us: f64::from(r.median_ms) * 1e3,
                     gbps: r.kv_bytes as f64 / (f64::from(r.median_ms) * 1e-3) / 1e9,
                     copy_gbps: copy.gbps(),
+                    same_copy_gbps: same.gbps(),
                     violations: r.violations.len(),
                     rows_verified: r.rows_verified,
                 };
@@ -360,13 +380,13 @@ pub fn run(
 /// The table in Markdown.
 pub fn markdown(rows: &[BandwidthRow]) -> String {
     let mut s = String::from(
-        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | verified | ref err |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | % of same-bytes copy | verified | ref err |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let sh = &r.shape;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {} | {} |\n",
             sh.name,
             sh.kind.name(),
             sh.batch,
@@ -384,6 +404,7 @@ pub fn markdown(rows: &[BandwidthRow]) -> String {
             r.gbps,
             r.copy_gbps,
             100.0 * r.fraction(),
+            100.0 * r.same_fraction(),
             if r.violations == 0 { "ok".to_string() } else { format!("{} violations", r.violations) },
             r.ref_rel_err.map_or("-".to_string(), |e| format!("{e:.1e}")),
         ));
@@ -455,6 +476,7 @@ mod tests {
             median_us: 140.0,
             gbps: 3834.8,
             copy_gbps: 4300.0,
+            same_copy_gbps: 4000.0,
             violations: 0,
             rows_verified: 1,
             ref_rel_err: None,
@@ -462,6 +484,7 @@ mod tests {
         let md = markdown(std::slice::from_ref(&row));
         assert_eq!(md.lines().count(), 3);
         assert!(md.contains("| full-gqa4 | full | 32 | 4096 | 4096 | 8/32 | 128 | 16 | base | 1024x4 |"));
+        assert!(md.contains("| 89.2% | 95.9% |"), "{md}");
         assert!((row.fraction() - 0.8918).abs() < 1e-3);
     }
 }

@@ -1428,18 +1428,22 @@ impl GpuExecutor {
             // SAFETY: ptr covers words * 4 bytes of a live allocation on this stream.
             unsafe { cudarc::driver::result::memset_d8_async(ptr, 0x5a, words * 4, self.stream.cu_stream()) }?;
         }
+        // Back to back, each copy in its own event pair, one synchronisation at the end (as
+        // bench_decode times its launches).
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let mut times_ms = Vec::new();
-        for i in 0..warmup + iters {
+        let mut pairs = Vec::new();
+        for _ in 0..warmup + iters {
             let e0 = self.ctx.new_event(timing)?;
             let e1 = self.ctx.new_event(timing)?;
             e0.record(&self.stream)?;
             self.stream.memcpy_dtod(&src, &mut dst)?;
             e1.record(&self.stream)?;
-            e1.synchronize()?;
-            if i >= warmup {
-                times_ms.push(e0.elapsed_ms(&e1)?);
-            }
+            pairs.push((e0, e1));
+        }
+        self.stream.synchronize()?;
+        let mut times_ms = Vec::new();
+        for (e0, e1) in pairs.iter().skip(warmup as usize) {
+            times_ms.push(e0.elapsed_ms(e1)?);
         }
         Ok(CopyBenchResult {
             bytes: (words * 4) as u64,
