@@ -1,7 +1,7 @@
 //! Test-only CPU emulation of `write_kv`, `attn_mma` and its split combine, lane by lane, with
 //! `mma.sync.m16n8k16` emulated from the fragment layouts of the PTX ISA. It checks the index
 //! and permutation logic of the CUDA source against the f64 reference without a GPU; keep it in
-//! step with [`crate::kernels::SOURCE`].
+//! step with `gpu/src/cuda/attn_mma.cu`.
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 

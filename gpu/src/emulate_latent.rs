@@ -2,7 +2,7 @@
 //! warp and lane by lane: the stage fill (runs of padded rows, zeroed past the end), `ldmatrix`
 //! (plain and `.trans`) from the padded shared-memory rows, the four warps' partial scores summed
 //! in shared memory, P, O = P V, the two warp groups taking alternate tiles and their merge. It checks the fragment and index logic of the CUDA source against the
-//! f64 reference without a GPU; keep it in step with [`crate::kernels::SOURCE`].
+//! f64 reference without a GPU; keep it in step with `gpu/src/cuda/attn_latent_mma.cu`.
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop)]
 
