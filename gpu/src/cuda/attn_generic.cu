@@ -82,25 +82,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_generic(DECODE_PARAMS) {
     if (d < GHD) sm_o[warp][d] = acc[c];
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < GHD; d += blockDim.x) {
-    float M = NEG_INF;
-    #pragma unroll
-    for (int w = 0; w < GNWARPS; ++w) M = fmaxf(M, sm_ml[w][0]);
-    float L = 0.f, O = 0.f;
-    #pragma unroll
-    for (int w = 0; w < GNWARPS; ++w) {
-      const float mw = sm_ml[w][0];
-      const float f = mw == NEG_INF ? 0.f : ex2(mw - M);
-      L += sm_ml[w][1] * f; O += sm_o[w][d] * f;
-    }
-    if (nsplit == 1) {
-      out[orow * GHD + d] = L > 0.f ? O / L : 0.f;
-    } else {
-      const size_t prow = orow * nsplit + split;
-      part_o[prow * GHD + d] = O;
-      if (d == 0) { part_ml[prow * 2] = M; part_ml[prow * 2 + 1] = L; }
-    }
-  }
+  store_merged_rows<GNWARPS>(&sm_o[0][0], &sm_ml[0][0], 1, 1, GHD, orow, nsplit, split, out, part_o, part_ml);
   if (verifier) flush_record(verify + (size_t)seq * 8, mism, first_bad, reads, cks);
   if (nsplit > 1)
     combine_if_last(part_o, part_ml, out, counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * G + h,

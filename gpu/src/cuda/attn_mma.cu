@@ -253,27 +253,8 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_mma(DECODE_PARAMS) {
 #endif
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < HT * HD; idx += blockDim.x) {
-    const int r = idx / HD, d = idx - r * HD;
-    float M = NEG_INF;
-    #pragma unroll
-    for (int w = 0; w < NWARPS; ++w) M = fmaxf(M, sm_ml[w][r][0]);
-    float L = 0.f, O = 0.f;
-    #pragma unroll
-    for (int w = 0; w < NWARPS; ++w) {
-      const float mw = sm_ml[w][r][0];
-      const float f = mw == NEG_INF ? 0.f : ex2(mw - M);
-      L += sm_ml[w][r][1] * f; O += sm_o[w][r][d] * f;
-    }
-    const size_t orow = ((size_t)seq * layers + layer) * q_heads + qh0 + r;
-    if (nsplit == 1) {
-      out[orow * HD + d] = L > 0.f ? O / L : 0.f;
-    } else {
-      const size_t prow = orow * nsplit + split;
-      part_o[prow * HD + d] = O;
-      if (d == 0) { part_ml[prow * 2] = M; part_ml[prow * 2 + 1] = L; }
-    }
-  }
+  store_merged_rows<NWARPS>(&sm_o[0][0][0], &sm_ml[0][0][0], 16, HT, HD,
+                            ((size_t)seq * layers + layer) * q_heads + qh0, nsplit, split, out, part_o, part_ml);
   if (verifier) flush_record(verify + (size_t)seq * 8, mism, first_bad, reads, cks);
   if (nsplit > 1)
     combine_if_last(part_o, part_ml, out, counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * head_tiles + ht,

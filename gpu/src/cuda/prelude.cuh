@@ -101,6 +101,36 @@ __device__ __forceinline__ void combine_if_last(const float* part_o, const float
     u32* __restrict__ counters, u32* __restrict__ verify,                                       \
     int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2
 
+// The end of a decode CTA whose NW warps each kept an online-softmax state: warp w's row r has
+// (M, L) at ml[(w * ml_rows + r) * 2 ..] and O at o[(w * rows + r) * dv + d] in shared memory.
+// Merges them and writes each of the `rows` rows: normalised to `out` with one split, else
+// unnormalised to the split's partial row, with its M and L.
+template <int NW>
+__device__ __forceinline__ void store_merged_rows(const float* o, const float* ml, int ml_rows, int rows, int dv,
+    size_t orow0, int nsplit, int split, float* out, float* part_o, float* part_ml) {
+  for (int idx = threadIdx.x; idx < rows * dv; idx += blockDim.x) {
+    const int r = idx / dv, d = idx - r * dv;
+    float M = NEG_INF;
+    #pragma unroll
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, ml[(w * ml_rows + r) * 2]);
+    float L = 0.f, O = 0.f;
+    #pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float mw = ml[(w * ml_rows + r) * 2];
+      const float f = mw == NEG_INF ? 0.f : ex2(mw - M);
+      L += ml[(w * ml_rows + r) * 2 + 1] * f; O += o[(w * rows + r) * dv + d] * f;
+    }
+    const size_t orow = orow0 + r;
+    if (nsplit == 1) {
+      out[orow * dv + d] = L > 0.f ? O / L : 0.f;
+    } else {
+      const size_t prow = orow * nsplit + split;
+      part_o[prow * dv + d] = O;
+      if (d == 0) { part_ml[prow * 2] = M; part_ml[prow * 2 + 1] = L; }
+    }
+  }
+}
+
 __device__ __forceinline__ float dot8(uint4 w, const float* x) {
   return bf16f(w.x & 0xffffu) * x[0] + bf16f(w.x >> 16) * x[1] + bf16f(w.y & 0xffffu) * x[2] + bf16f(w.y >> 16) * x[3]
        + bf16f(w.z & 0xffffu) * x[4] + bf16f(w.z >> 16) * x[5] + bf16f(w.w & 0xffffu) * x[6] + bf16f(w.w >> 16) * x[7];
