@@ -249,6 +249,16 @@ fn kernel_for(g: &GroupLayout, latent_stages: Option<u32>) -> Option<AttnKernel>
     }
 }
 
+/// One compiled decode module.
+struct AttnModule {
+    name: String,
+    decode: CudaFunction,
+    /// CTAs of `decode` resident per SM.
+    per_sm: u32,
+    /// The split combine, for kernels that do not combine in-kernel (the tensor-core latent one).
+    combine: Option<CudaFunction>,
+}
+
 struct MoeDevice {
     router: CudaSlice<u16>,
     w1: CudaSlice<u16>,
@@ -276,12 +286,10 @@ pub struct GpuExecutor {
     layout: DeviceLayout,
     pools: Vec<CudaSlice<u8>>,
     common: BTreeMap<&'static str, CudaFunction>,
-    /// Decode kernels: module name, function, CTAs resident per SM.
-    attn: BTreeMap<AttnKernel, (String, CudaFunction, u32)>,
+    /// Decode kernels, one module per distinct shape.
+    attn: BTreeMap<AttnKernel, AttnModule>,
     /// `ExecutorOptions::latent_stages`.
     latent_stages: Option<u32>,
-    /// The split combine of kernels that do not combine in-kernel (the tensor-core latent one).
-    attn_combine: BTreeMap<AttnKernel, CudaFunction>,
     moe: Option<MoeDevice>,
     _modules: Vec<Arc<CudaModule>>,
 }
@@ -510,7 +518,6 @@ impl GpuExecutor {
         }
         modules.push(cm);
         let mut attn = BTreeMap::new();
-        let mut attn_combine = BTreeMap::new();
         for k in attn_kernels(&layout, options.latent_stages) {
             let name = k.module_name();
             let defines = format!("{}{}", k.defines(), options.attn_defines);
@@ -527,10 +534,19 @@ impl GpuExecutor {
             let per_sm = f
                 .occupancy_max_active_blocks_per_multiprocessor(k.threads(), smem as usize, None)?
                 .max(1);
-            attn.insert(k, (name, f, per_sm));
-            if let AttnKernel::LatentMma { .. } = k {
-                attn_combine.insert(k, m.load_function("latent_combine")?);
-            }
+            let combine = match k {
+                AttnKernel::LatentMma { .. } => Some(m.load_function("latent_combine")?),
+                _ => None,
+            };
+            attn.insert(
+                k,
+                AttnModule {
+                    name,
+                    decode: f,
+                    per_sm,
+                    combine,
+                },
+            );
             modules.push(m);
         }
         let mut exec = GpuExecutor {
@@ -542,7 +558,6 @@ impl GpuExecutor {
             common,
             attn,
             latent_stages: options.latent_stages,
-            attn_combine,
             moe: None,
             _modules: modules,
         };
@@ -566,7 +581,7 @@ impl GpuExecutor {
     pub fn resident_ctas(&self, k: AttnKernel) -> Option<u64> {
         self.attn
             .get(&k)
-            .map(|a| u64::from(self.info.sm_count) * u64::from(a.2))
+            .map(|a| u64::from(self.info.sm_count) * u64::from(a.per_sm))
     }
 
     /// Resource usage of every kernel (registers, spills, shared memory).
@@ -583,7 +598,7 @@ impl GpuExecutor {
         for (name, f) in &self.common {
             out.push(one((*name).to_string(), f)?);
         }
-        for (name, f, _) in self.attn.values() {
+        for AttnModule { name, decode: f, .. } in self.attn.values() {
             out.push(one(name.clone(), f)?);
         }
         Ok(out)
@@ -1020,7 +1035,7 @@ impl GpuExecutor {
             }
             let head_tiles = g.gqa_group() / kernel.head_tile();
             let ctas_per_split = (seqs.len() as u64) * u64::from(g.layers * g.kv_heads * head_tiles);
-            let per_sm = self.attn.get(&kernel).map_or(1, |a| a.2);
+            let per_sm = self.attn.get(&kernel).map_or(1, |a| a.per_sm);
             let resident = u64::from(self.info.sm_count) * u64::from(per_sm);
             let split = choose_split(max_span, ctas_per_split, resident, opts.split_tokens);
             let rows = seqs.len() * layers * qh;
@@ -1054,7 +1069,7 @@ impl GpuExecutor {
     fn launch_decode(&self, d: &PreparedDecode, verify: &CudaSlice<u32>) -> Result<(), GpuError> {
         for l in &d.launches {
             let g = &self.layout.groups[l.group];
-            let (_, f, _) = &self.attn[&l.kernel];
+            let module = &self.attn[&l.kernel];
             let head_tiles = g.gqa_group() / l.kernel.head_tile();
             let nseq = l.reqs.len() as u32;
             let rec = verify.slice(l.record_base * RECORD_WORDS..);
@@ -1071,7 +1086,7 @@ impl GpuExecutor {
             // ids checked by validation).
             unsafe {
                 self.stream
-                    .launch_builder(f)
+                    .launch_builder(&module.decode)
                     .arg(&self.pools[l.group])
                     .arg(&l.tables)
                     .arg(&l.table_stride)
@@ -1094,7 +1109,7 @@ impl GpuExecutor {
                     .arg(&scale_log2)
                     .launch(cfg(grid, l.kernel.threads(), l.kernel.dynamic_smem()))
             }?;
-            if let (Some(combine), true) = (self.attn_combine.get(&l.kernel), nsplit > 1) {
+            if let (Some(combine), true) = (&module.combine, nsplit > 1) {
                 let rows = (l.reqs.len() * g.layers as usize * g.q_heads as usize) as i32;
                 let blocks = (rows as u32 * g.head_dim / 4).div_ceil(DECODE_THREADS);
                 // SAFETY: latent_combine reads rows x nsplit partial rows and writes rows output

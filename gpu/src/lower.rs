@@ -112,9 +112,7 @@ impl AttnKernel {
             AttnKernel::Generic { head_dim } => format!("#define GHD {head_dim}\n"),
         }
     }
-}
 
-impl AttnKernel {
     /// The module the executor compiles for this kernel (one per distinct shape).
     pub fn module_name(self) -> String {
         match self {

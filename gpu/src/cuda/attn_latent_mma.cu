@@ -50,13 +50,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
   extern __shared__ __align__(16) unsigned char sm_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
   const int grp = warp >> 2, wg = warp & 3;
+  // Shared memory, in order (lower::latent_mma_smem mirrors it); per-group parts are [2][...].
   u16* sm_kv = (u16*)sm_raw;                                        // [LNST][LTT][LROW]
-  float* sm_red = (float*)(sm_kv + LNST * LTT * LROW) + grp * (4 * 16 * LRED);  // [2][4][16][LRED]
-  u16* sm_p = (u16*)((float*)(sm_kv + LNST * LTT * LROW) + 2 * 4 * 16 * LRED) + grp * (16 * LPS);
-  float* sm_mx = (float*)((u16*)((float*)(sm_kv + LNST * LTT * LROW) + 2 * 4 * 16 * LRED) + 2 * 16 * LPS);
-  float* sm_l = sm_mx + 2 * 64;                                     // [2][4][16]
+  float* red_all = (float*)(sm_kv + LNST * LTT * LROW);             // [2][4][16][LRED]
+  u16* p_all = (u16*)(red_all + 2 * 4 * 16 * LRED);                 // [2][16][LPS]
+  float* mx_all = (float*)(p_all + 2 * 16 * LPS);                   // [2][4][16]
+  float* sm_l = mx_all + 2 * 64;                                    // [2][4][16]
   float* sm_ml = sm_l + 2 * 64;                                     // [16][2]: group 1's (M, L)
-  sm_mx += grp * 64;
+  float* sm_red = red_all + grp * (4 * 16 * LRED);
+  u16* sm_p = p_all + grp * (16 * LPS);
+  float* sm_mx = mx_all + grp * 64;
   const int head_tiles = G / GTM;
   const int split = blockIdx.x / head_tiles;
   const int ht = blockIdx.x - split * head_tiles;

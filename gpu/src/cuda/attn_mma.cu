@@ -37,22 +37,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) attn_mma(DECODE_PARAMS) {
   const int head_tiles = G / HT;
   const int split = blockIdx.x / head_tiles;
   const int ht = blockIdx.x - split * head_tiles;
-  const int seq = blockIdx.y;
-  const int layer = blockIdx.z / kv_heads;
-  const int kvh = blockIdx.z - layer * kv_heads;
+  KV_DECODE_CTA(HD);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
-  const int lo = lo_arr[seq], hi = hi_arr[seq];
-  const int s_begin = (lo & ~31) + split * split_tokens;
-  const int s_end = min(hi, s_begin + split_tokens);
   const bool verifier = ht == 0;
-  const size_t head_elems = (size_t)bs * HD;
-  const size_t plane_elems = (size_t)kv_heads * head_elems;
-  const size_t block_elems = (size_t)layers * 2 * plane_elems;
-  const size_t k_off = (size_t)layer * 2 * plane_elems + (size_t)kvh * head_elems;
-  const size_t v_off = k_off + plane_elems;
-  const u32* tbl = tables + (size_t)seq * table_stride;
-  const u64* tags = expected + (size_t)seq * exp_stride;
-  const int q_heads = kv_heads * G;
   const int qh0 = kvh * G + ht * HT;
   // The lane's K rows: positions kc + 4s + 2h + gid%2 of the 8-position chunk kc (one block);
   // its V chunk: positions t0 + tid*8 .. +8 (one block).

@@ -101,6 +101,26 @@ __device__ __forceinline__ void combine_if_last(const float* part_o, const float
     u32* __restrict__ counters, u32* __restrict__ verify,                                       \
     int layers, int kv_heads, int G, int bs, int split_tokens, int nsplit, float scale_log2
 
+// The common start of the K/V decode kernels (K row-major, V transposed, head dim HDIM), after
+// `split` is known: declares the CTA's request `seq`, `layer`, KV head `kvh`, its attended range
+// `lo`..`hi` and its split's `s_begin`..`s_end`, the K and V plane offsets in a block, its block
+// table `tbl`, expected tags `tags`, and `q_heads`.
+#define KV_DECODE_CTA(HDIM)                                                                   \
+  const int seq = blockIdx.y;                                                                 \
+  const int layer = blockIdx.z / kv_heads;                                                    \
+  const int kvh = blockIdx.z - layer * kv_heads;                                              \
+  const int lo = lo_arr[seq], hi = hi_arr[seq];                                               \
+  const int s_begin = (lo & ~31) + split * split_tokens;                                      \
+  const int s_end = min(hi, s_begin + split_tokens);                                          \
+  const size_t head_elems = (size_t)bs * (HDIM);                                              \
+  const size_t plane_elems = (size_t)kv_heads * head_elems;                                   \
+  const size_t block_elems = (size_t)layers * 2 * plane_elems;                                \
+  const size_t k_off = (size_t)layer * 2 * plane_elems + (size_t)kvh * head_elems;            \
+  const size_t v_off = k_off + plane_elems;                                                   \
+  const u32* tbl = tables + (size_t)seq * table_stride;                                       \
+  const u64* tags = expected + (size_t)seq * exp_stride;                                      \
+  const int q_heads = kv_heads * G
+
 // The end of a decode CTA whose NW warps each kept an online-softmax state: warp w's row r has
 // (M, L) at ml[(w * ml_rows + r) * 2 ..] and O at o[(w * rows + r) * dv + d] in shared memory.
 // Merges them and writes each of the `rows` rows: normalised to `out` with one split, else

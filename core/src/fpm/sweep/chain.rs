@@ -605,6 +605,15 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
     // engine, so a fault-free single-rank build does without it.
     let probe = dp || p.faults.iter().any(|f| matches!(f, FaultSpec::ShrinkPool { .. }));
     let ignore_deadline = p.bug(BugMutant::StageBuildIgnoresDeadline);
+    let stage = |steps, soft_timeout, group_fallback| StageRecord {
+        rank: 0,
+        benchmark_id: first_point,
+        batch: batch as u64,
+        depth,
+        steps,
+        soft_timeout,
+        group_fallback,
+    };
     // Chains that never stop on their own: Dynamo's max_tokens=100_000 with
     // ignore_eos; kvsim's chains produce one sampled token and are never decoded.
     for _ in 0..100_000 {
@@ -624,17 +633,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
         // §8.2 bug 5: the deadline is seen (and recorded) but the build goes on.
         if p.deadline_observed() && !ignore_deadline {
             if added {
-                let steps = p.next_step - first_step;
-                p.record_stage(StageRecord {
-                    rank: 0,
-                    benchmark_id: first_point,
-                    batch: batch as u64,
-                    depth,
-                    steps,
-                    soft_timeout: true,
-                    group_fallback: false,
-                });
-                p.meta.untimed_prefill_tokens += computed_tokens;
+                p.record_stage(stage(p.next_step - first_step, true, false), computed_tokens);
             }
             return Err(added);
         }
@@ -739,16 +738,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
             let tails = shadow_tail_blocks(&need, s.bench.giant_kv_repeats) * batch as u64;
             (0..s.scenario.dp_ranks).all(|rank| p.engine(rank).kv.pool.num_free_blocks() as u64 >= tails)
         });
-    p.record_stage(StageRecord {
-        rank: 0,
-        benchmark_id: first_point,
-        batch: batch as u64,
-        depth,
-        steps,
-        soft_timeout: false,
-        group_fallback: !verdict,
-    });
-    p.meta.untimed_prefill_tokens += computed_tokens;
+    p.record_stage(stage(steps, false, !verdict), computed_tokens);
     Ok(verdict)
 }
 

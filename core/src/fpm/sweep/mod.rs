@@ -116,11 +116,13 @@ impl Planner<'_> {
         ops
     }
 
-    /// One `kvwarm.stages[]` entry per rank: every rank runs the stage in lock-step.
-    fn record_stage(&mut self, stage: StageRecord) {
+    /// One `kvwarm.stages[]` entry per rank (every rank runs the stage in lock-step), and the
+    /// stage's prefill tokens counted as untimed warm-up.
+    fn record_stage(&mut self, stage: StageRecord, untimed_prefill_tokens: u64) {
         for rank in 0..self.s.scenario.dp_ranks {
             self.meta.stages.push(StageRecord { rank, ..stage.clone() });
         }
+        self.meta.untimed_prefill_tokens += untimed_prefill_tokens;
     }
 
     /// Append one lock-step step: `ops_for(rank)` gives each rank's ops.
@@ -501,7 +503,7 @@ fn plan_execution(
     let per_rank: Vec<Vec<PlanOp>> = (0..p.s.scenario.dp_ranks).map(retire_ops).collect();
     p.step(|rank| per_rank[rank as usize].clone());
     if kv == Kv::Native {
-        p.record_stage(StageRecord {
+        let stage = StageRecord {
             rank: 0,
             benchmark_id: id,
             batch: point.batch_size,
@@ -509,8 +511,8 @@ fn plan_execution(
             steps: p.next_step - first_step,
             soft_timeout: false,
             group_fallback: false,
-        });
-        p.meta.untimed_prefill_tokens += warm;
+        };
+        p.record_stage(stage, warm);
     }
     p.finished_points += 1;
     for rank in 0..p.s.scenario.dp_ranks {
