@@ -1,7 +1,8 @@
 //! Test-only CPU emulation of `attn_latent_mma` (the tensor-core MLA decode kernel), warp by
 //! warp and lane by lane: the stage fill (runs of padded rows, zeroed past the end), `ldmatrix`
 //! (plain and `.trans`) from the padded shared-memory rows, the four warps' partial scores summed
-//! in shared memory, P, O = P V, the two warp groups taking alternate tiles and their merge. It checks the fragment and index logic of the CUDA source against the
+//! in shared memory, P with the lazily rescaled running maxima (`LTAU`), O = P V, the two warp
+//! groups taking alternate tiles, their merge, and the split combine. It checks the fragment and index logic of the CUDA source against the
 //! f64 reference without a GPU; keep it in step with `gpu/src/cuda/attn_latent_mma.cu`.
 // Loops run over lane indices on purpose: each mirrors a line of the CUDA source.
 #![allow(clippy::needless_range_loop)]
@@ -36,9 +37,10 @@ fn ldsm4(smem: &[u16], row_at: impl Fn(usize) -> usize, trans: bool) -> [[u32; 4
     out
 }
 
-/// Output of the emulated decode for one request, `[layer][q_head][dim]`, and the tag
-/// mismatches the verification found. `split_tokens` is a multiple of 32; `ht` heads per CTA.
-pub fn decode(f: &Fixture, split_tokens: usize, ht: usize) -> (Vec<f32>, u32) {
+/// Output of the emulated decode for one request, `[layer][q_head][dim]`, the tag mismatches
+/// the verification found, and how many group tiles rescaled their running maxima. `split_tokens` is a multiple of 32; `ht` heads per CTA;
+/// `tau` is the kernel's `LTAU` (0 rescales whenever a maximum grows).
+pub fn decode(f: &Fixture, split_tokens: usize, ht: usize, tau: f32) -> (Vec<f32>, u32, u32) {
     let (pool, g, tokens, table, q) = (&f.pool[..], &f.g, &f.tokens[..], &f.read_table[..], &f.q[..]);
     let ld = g.head_dim as usize;
     let (bs, layers, gq) = (g.block_size_tokens as usize, g.layers as usize, g.q_heads as usize);
@@ -52,6 +54,7 @@ pub fn decode(f: &Fixture, split_tokens: usize, ht: usize) -> (Vec<f32>, u32) {
     let mut part_o = vec![0f32; layers * gq * nsplit * ld];
     let mut part_ml = vec![0f32; layers * gq * nsplit * 2];
     let mut mism = 0u32;
+    let mut rescales = 0u32;
     for layer in 0..layers {
         for split in 0..nsplit {
             for h in 0..gq / ht {
@@ -187,31 +190,46 @@ pub fn decode(f: &Fixture, split_tokens: usize, ht: usize) -> (Vec<f32>, u32) {
                             mx[w][gid + 8] = x1[4 * gid];
                         }
                     }
-                    // P into sm_p, with the shared maxima; rescale the accumulators.
+                    // P into sm_p with the group's running maxima (the same in every warp and
+                    // every lane of a row), unless some score exceeds them by more than tau:
+                    // then the whole group takes the new maxima and rescales first.
+                    let grew = (0..4).any(|w| {
+                        (0..32).any(|lane| {
+                            let gid = lane / 4;
+                            mx[w][gid] > m0[w][lane] + tau || mx[w][gid + 8] > m1[w][lane] + tau
+                        })
+                    });
+                    rescales += u32::from(grew);
                     let mut p = vec![0u16; 16 * PS];
                     for w in 0..4 {
                         for lane in 0..32 {
                             let (gid, tid) = (lane / 4, lane % 4);
-                            let n0 = (0..4).fold(m0[w][lane], |a, ww| a.max(mx[ww][gid]));
-                            let n1 = (0..4).fold(m1[w][lane], |a, ww| a.max(mx[ww][gid + 8]));
-                            let mu0 = if n0 == f32::NEG_INFINITY { 0.0 } else { n0 };
-                            let mu1 = if n1 == f32::NEG_INFINITY { 0.0 } else { n1 };
-                            let (al0, al1) = ((m0[w][lane] - mu0).exp2(), (m1[w][lane] - mu1).exp2());
-                            m0[w][lane] = n0;
-                            m1[w][lane] = n1;
+                            if grew {
+                                let n0 = (0..4).fold(m0[w][lane], |a, ww| a.max(mx[ww][gid]));
+                                let n1 = (0..4).fold(m1[w][lane], |a, ww| a.max(mx[ww][gid + 8]));
+                                let nu0 = if n0 == f32::NEG_INFINITY { 0.0 } else { n0 };
+                                let nu1 = if n1 == f32::NEG_INFINITY { 0.0 } else { n1 };
+                                let (al0, al1) = ((m0[w][lane] - nu0).exp2(), (m1[w][lane] - nu1).exp2());
+                                m0[w][lane] = n0;
+                                m1[w][lane] = n1;
+                                l0[w][lane] *= al0;
+                                l1[w][lane] *= al1;
+                                for a in acc[w].iter_mut() {
+                                    a[lane][0] *= al0;
+                                    a[lane][1] *= al0;
+                                    a[lane][2] *= al1;
+                                    a[lane][3] *= al1;
+                                }
+                            }
+                            let mu = |m: f32| if m == f32::NEG_INFINITY { 0.0 } else { m };
+                            let (mu0, mu1) = (mu(m0[w][lane]), mu(m1[w][lane]));
                             let pv: [f32; 4] =
                                 std::array::from_fn(|i| (s[w][lane][i] - if i < 2 { mu0 } else { mu1 }).exp2());
-                            l0[w][lane] = l0[w][lane] * al0 + pv[0] + pv[1];
-                            l1[w][lane] = l1[w][lane] * al1 + pv[2] + pv[3];
+                            l0[w][lane] += pv[0] + pv[1];
+                            l1[w][lane] += pv[2] + pv[3];
                             for (r, lo_hi) in [(gid, pack(pv[0], pv[1])), (gid + 8, pack(pv[2], pv[3]))] {
                                 p[r * PS + 8 * w + 2 * tid] = lo_hi as u16;
                                 p[r * PS + 8 * w + 2 * tid + 1] = (lo_hi >> 16) as u16;
-                            }
-                            for a in acc[w].iter_mut() {
-                                a[lane][0] *= al0;
-                                a[lane][1] *= al0;
-                                a[lane][2] *= al1;
-                                a[lane][3] *= al1;
                             }
                         }
                     }
@@ -300,6 +318,7 @@ pub fn decode(f: &Fixture, split_tokens: usize, ht: usize) -> (Vec<f32>, u32) {
     (
         crate::emulate::combine(&part_o, &part_ml, layers * gq, nsplit, ld),
         mism,
+        rescales,
     )
 }
 
@@ -320,16 +339,25 @@ mod tests {
             blocks_total: 0,
         };
         let f = Fixture::new(g, ctx, corrupt, 3);
-        let (out, mism) = decode(&f, split, ht);
-        if !corrupt {
-            assert_eq!(mism, 0);
-            let err = rel_error(&out, &decode_attention(&f.g, &f.tokens, &f.q));
-            assert!(
-                err < 1e-2,
-                "bs {bs} q {qh} ld {ld} ctx {ctx} split {split}: rel err {err}"
-            );
+        // The kernel's threshold, and 0: a rescale whenever a maximum grows.
+        let runs: Vec<_> = [8.0, 0.0]
+            .iter()
+            .map(|&tau| (tau, decode(&f, split, ht, tau)))
+            .collect();
+        for (tau, (out, mism, _)) in &runs {
+            if !corrupt {
+                assert_eq!(*mism, 0);
+                let err = rel_error(out, &decode_attention(&f.g, &f.tokens, &f.q));
+                assert!(
+                    err < 1e-2,
+                    "bs {bs} q {qh} ld {ld} ctx {ctx} split {split} tau {tau}: rel err {err}"
+                );
+            }
         }
-        mism
+        // Lazy rescaling skips some rescales: a threshold of 0 takes more of them.
+        let (lazy, eager) = (runs[0].1 .2, runs[1].1 .2);
+        assert!(lazy >= 1 && lazy <= eager, "rescales: lazy {lazy}, eager {eager}");
+        runs[0].1 .1
     }
 
     #[test]
@@ -338,6 +366,27 @@ mod tests {
         check(64, 16, 576, 200, 64, 16, false); // four splits, blocks of 64
         check(16, 8, 512, 45, 256, 8, false); // 8 heads: the upper 8 MMA rows are padding
         check(32, 32, 64, 70, 128, 16, false); // two head tiles, the narrowest width
+    }
+
+    #[test]
+    fn lazy_rescaling_skips_rescales_and_keeps_the_result() {
+        let g = GroupLayout {
+            kind: GroupKind::Mla,
+            block_size_tokens: 16,
+            layers: 2,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
+            blocks_total: 0,
+        };
+        let f = Fixture::new(g, 100, false, 3);
+        let (lazy_out, _, lazy) = decode(&f, 128, 16, 8.0);
+        let (eager_out, _, eager) = decode(&f, 128, 16, 0.0);
+        // One rescale per group and layer (the first tile) against one per growing maximum.
+        assert_eq!(lazy, 4);
+        assert!(eager > lazy, "eager {eager}");
+        let reference = decode_attention(&f.g, &f.tokens, &f.q);
+        assert!(rel_error(&lazy_out, &reference) < 1e-2 && rel_error(&eager_out, &reference) < 1e-2);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::content::{query_bits, StateDigest};
 use crate::device::{compile, open_device, CompiledModule, DeviceInfo};
 use crate::error::GpuError;
 use crate::ids::{BlockId, GroupId, PointId, ReqId};
-use crate::kernels::{specialised, COMMON_KERNELS, DECODE_THREADS, RECORD_WORDS, SOURCE};
+use crate::kernels::{specialised, COMMON_KERNELS, RECORD_WORDS, SOURCE};
 use crate::layout::{DeviceLayout, GroupKind, GroupLayout};
 use crate::lower::{aligned_lo, choose_split, decode_expect, state_expect, AttnKernel, DecodeExpect, SplitPlan};
 use crate::program::{DecodeOp, GpuOp, GpuProgram, MoeOp};
@@ -255,8 +255,6 @@ struct AttnModule {
     decode: CudaFunction,
     /// CTAs of `decode` resident per SM.
     per_sm: u32,
-    /// The split combine, for kernels that do not combine in-kernel (the tensor-core latent one).
-    combine: Option<CudaFunction>,
 }
 
 struct MoeDevice {
@@ -534,17 +532,12 @@ impl GpuExecutor {
             let per_sm = f
                 .occupancy_max_active_blocks_per_multiprocessor(k.threads(), smem as usize, None)?
                 .max(1);
-            let combine = match k {
-                AttnKernel::LatentMma { .. } => Some(m.load_function("latent_combine")?),
-                _ => None,
-            };
             attn.insert(
                 k,
                 AttnModule {
                     name,
                     decode: f,
                     per_sm,
-                    combine,
                 },
             );
             modules.push(m);
@@ -1109,22 +1102,6 @@ impl GpuExecutor {
                     .arg(&scale_log2)
                     .launch(cfg(grid, l.kernel.threads(), l.kernel.dynamic_smem()))
             }?;
-            if let (Some(combine), true) = (&module.combine, nsplit > 1) {
-                let rows = (l.reqs.len() * g.layers as usize * g.q_heads as usize) as i32;
-                let blocks = (rows as u32 * g.head_dim / 4).div_ceil(DECODE_THREADS);
-                // SAFETY: latent_combine reads rows x nsplit partial rows and writes rows output
-                // rows, the sizes prepare_decode_at allocated.
-                unsafe {
-                    self.stream
-                        .launch_builder(combine)
-                        .arg(&l.part_o)
-                        .arg(&l.part_ml)
-                        .arg(&l.out)
-                        .arg(&rows)
-                        .arg(&nsplit)
-                        .launch(cfg((blocks, 1, 1), DECODE_THREADS, 0))
-                }?;
-            }
         }
         Ok(())
     }

@@ -4,9 +4,9 @@
 //! into one string: the common kernels (prefill, zero, copy, state, MoE) compile unless `ATTN_ONLY`
 //! is defined; `#define HD/HT` adds the tensor-core decode kernel `attn_mma` for one head dim
 //! and head tile, `#define GHD` the CUDA-core `attn_generic`, `#define LD/GT` the CUDA-core MLA
-//! kernel `attn_latent` (these three combine their flash-decoding splits in-kernel), and
-//! `#define LDM/GTM/LNST` the tensor-core MLA kernel `attn_latent_mma` with its split combine
-//! `latent_combine` (a second launch). The content formulas mirror [`crate::content`]. No
+//! kernel `attn_latent`, and `#define LDM/GTM/LNST` the tensor-core MLA kernel `attn_latent_mma`
+//! (all four combine their flash-decoding splits in-kernel: the last CTA of a request's splits
+//! does it). The content formulas mirror [`crate::content`]. No
 //! headers are included, so NVRTC needs no CUDA include path.
 //!
 //! Verification records (one per request x group x op, 8 `u32`s):
@@ -16,7 +16,7 @@
 /// `u32`s per verification record.
 pub const RECORD_WORDS: usize = 8;
 /// Threads per CTA of the decode kernels (four warps; the tensor-core latent kernel has two
-/// groups of four, see `lower::AttnKernel::threads`).
+/// groups of four and two producer warps, see `lower::AttnKernel::threads`).
 pub const DECODE_THREADS: u32 = 128;
 
 /// Names of the kernels in the common module.

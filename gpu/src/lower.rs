@@ -20,8 +20,8 @@ pub const LATENT_MMA_MAX_DIM: u32 = 768;
 /// Most tile stages the tensor-core latent kernel keeps.
 const LATENT_MMA_MAX_STAGES: u32 = 6;
 /// Static shared memory the tensor-core latent kernel keeps beside its dynamic allocation
-/// (mbarriers), rounded up.
-const LATENT_MMA_STATIC_SMEM: u32 = 512;
+/// (mbarriers, the verifier's expected-tag slots), rounded up.
+const LATENT_MMA_STATIC_SMEM: u32 = 1536;
 /// Shared memory one CTA may use on sm_90 (227 KiB).
 pub const SM90_MAX_DYNAMIC_SMEM: u32 = 232_448;
 /// Shared memory of one sm_90 SM (228 KiB).
@@ -127,17 +127,17 @@ impl AttnKernel {
         }
     }
 
-    /// Threads per CTA: two groups of four warps for the tensor-core latent kernel, four warps
-    /// for the others.
+    /// Threads per CTA: two groups of four warps and their two producer warps for the
+    /// tensor-core latent kernel, four warps for the others.
     pub fn threads(self) -> u32 {
         match self {
-            AttnKernel::LatentMma { .. } => 2 * DECODE_THREADS,
+            AttnKernel::LatentMma { .. } => 2 * DECODE_THREADS + 64,
             _ => DECODE_THREADS,
         }
     }
 
     /// CTAs per SM the kernel is built for, when its design fixes it: the tensor-core latent
-    /// kernel takes a whole SM (`__launch_bounds__(256, 1)`, most of shared memory).
+    /// kernel takes a whole SM (`__launch_bounds__(320, 1)`, most of shared memory).
     pub fn max_ctas_per_sm(self) -> Option<u32> {
         match self {
             AttnKernel::LatentMma { .. } => Some(1),
@@ -163,16 +163,21 @@ pub fn latent_mma_takes(latent_dim: u32) -> bool {
 /// Shared memory of the tensor-core latent kernel: `stages` tiles of 32 rows (padded by
 /// [`MLA_ROW_PAD`] elements, as in the pool, so ldmatrix rows fall in distinct banks), and per
 /// group of warps four f32 partial-score tiles (16 x 40), P (16 x 40 bf16), row maxima and row
-/// sums, plus 16 (M, L) pairs for the merge. Mirrors the layout in the CUDA source.
+/// sums, plus 16 (M, L) pairs for the merge and the 2 x 4 warps' rescale flags, and 128 bytes
+/// to start the stages on a 128-byte boundary. Mirrors the layout in the CUDA source.
 pub fn latent_mma_smem(latent_dim: u32, stages: u32) -> u32 {
-    stages * 32 * (latent_dim + MLA_ROW_PAD) * 2 + 2 * (4 * 16 * 40 * 4 + 16 * 40 * 2 + 64 * 4 + 64 * 4) + 16 * 2 * 4
+    stages * 32 * (latent_dim + MLA_ROW_PAD) * 2
+        + 2 * (4 * 16 * 40 * 4 + 16 * 40 * 2 + 64 * 4 + 64 * 4)
+        + 16 * 2 * 4
+        + 2 * 4 * 4
+        + 128
 }
 
 /// Pipeline depth of the tensor-core latent kernel: the deepest even count, at most
 /// [`LATENT_MMA_MAX_STAGES`], that fits one CTA (one CTA of two warp groups per SM). Even,
-/// because a group refills the stage it just finished with the tile `stages` ahead, which must
-/// be its own: with an odd count the other group could wait on that stage's barrier two phases
-/// early and pass on the parity of an old phase (seen on the H200 with three stages).
+/// because stage s must always hold tiles of group s % 2: a group waiting on a stage the other
+/// group still reads could wait two phases early and pass on the parity of an old phase (seen
+/// on the H200 with three stages, when the groups refilled their own stages).
 pub fn latent_mma_stages(latent_dim: u32) -> u32 {
     (1..=LATENT_MMA_MAX_STAGES / 2)
         .rev()
@@ -339,7 +344,7 @@ mod tests {
         );
         let k = mla576.expect("latent kernel");
         assert_eq!(k.module_name(), "attn_latent_mma_d576_h16_s4");
-        assert_eq!(k.threads(), 256);
+        assert_eq!(k.threads(), 320); // two groups of four warps and their two producer warps
         assert_eq!(k.max_ctas_per_sm(), Some(1));
         assert_eq!(k.dynamic_smem(), latent_mma_smem(576, 4));
         // Every width the kernel takes fits an even stage count of at least two; 576 fits five

@@ -1,14 +1,17 @@
 // ---------------------------------------------------------------- MLA latent decode (tensor cores)
-// grid (nsplit * head_tiles, seqs, layers), 256 threads, dynamic shared memory (latent_mma_smem).
-// Two groups of four warps take alternate 32-position tiles (group g: tiles g, g + 2, ...), each
-// with its own softmax state, so that one group's MMAs overlap the other's barriers and
-// reductions; they merge at the end. Tiles sit in LNST shared-memory stages, filled with Hopper
-// bulk copies (cp.async.bulk) that complete on the stage's mbarrier. Inside a group, warp w
-// owns latent dims [w*LMW, (w+1)*LMW): it multiplies its slice of the tile with its Q slice
-// (S partial, mma.sync m16n8k16, heads as the 16 rows), the four partials are summed in shared
-// memory, each warp turns 8 positions into P, and every warp multiplies P (16 x 32) by its V
-// slice (V = K = the latent, read transposed with ldmatrix.trans). With nsplit > 1 the partial
-// rows go to latent_combine.
+// grid (nsplit * head_tiles, seqs, layers), 320 threads, dynamic shared memory (latent_mma_smem).
+// Two consumer groups of four warps take alternate 32-position tiles (group g: tiles g, g + 2,
+// ...), each with its own softmax state, so that one group's MMAs overlap the other's barriers
+// and reductions; they merge at the end. Stage s of the LNST shared-memory stages belongs to
+// group s % 2 (hence LNST even), and each group has a producer warp (warps 8 and 9): it looks
+// the block ids up a round of stages ahead and fills the group's stages with Hopper bulk copies
+// (cp.async.bulk) that complete on the stage's `full` mbarrier, once the group has released the
+// stage on its `empty` mbarrier. Inside a group, warp w owns latent dims [w*LMW, (w+1)*LMW):
+// it multiplies its slice of the tile with its Q slice (S partial, mma.sync m16n8k16, heads as
+// the 16 rows), the four partials are summed in shared memory, each warp turns 8 positions into
+// P, and every warp multiplies P (16 x 32) by its V slice (V = K = the latent, read transposed
+// with ldmatrix.trans). With nsplit > 1 the last CTA of a request's splits combines their
+// partial rows.
 #ifdef LDM
 #define LMW (LDM / 4)
 #define LKS (LMW / 16)
@@ -18,8 +21,19 @@
 #define LROW (LDM + MLA_ROW_PAD)
 #define LRED 40
 #define LPS 40
+#define LCONS 256                // consumer threads: two groups of four warps
+#define LTHREADS (LCONS + 64)    // and the two producer warps
+#define LCPT ((16 * (LDM / 4) + LCONS - 1) / LCONS)  // float4 of the split combine per thread
+// Lazy rescaling: a group keeps its running row maxima while no score of a tile exceeds them
+// by more than LTAU (log2 units), so P <= 2^LTAU (exact in bf16's exponent range, f32 sums) and
+// the accumulators are rescaled only when a maximum really moves (the first tile, in practice).
+#ifndef LTAU
+#define LTAU 8.f
+#endif
 // Diagnostic builds (timing only, results are wrong): LAT_DIAG_NOMMA drops the MMAs,
-// LAT_DIAG_NOLOAD the tile copies and waits, LAT_DIAG_NOCOMBINE the split combine's work.
+// LAT_DIAG_NOLOAD the tile copies and waits, LAT_DIAG_NOCOMBINE the split combine's work,
+// LAT_DIAG_EMPTY everything (the launch alone). (Dropping the merge and output instead lets
+// the compiler drop the MMAs too: no such build.)
 #ifdef LAT_DIAG_NOMMA
 #define LAT_MMA(...) ((void)0)
 #else
@@ -41,25 +55,41 @@ __device__ __forceinline__ void ldsm4t(u32 addr, u32& r0, u32& r1, u32& r2, u32&
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
 }
-// Barrier of one group's 128 threads (ids 1 and 2; 0 is __syncthreads).
+// Barrier of one group's 128 threads (ids 1 and 2), and of the 256 consumers (id 3); the
+// producer warps leave early, so nothing after the start uses __syncthreads.
 __device__ __forceinline__ void group_sync(int grp) {
   asm volatile("bar.sync %0, 128;" :: "r"(grp + 1) : "memory");
 }
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 3, %0;" :: "n"(LCONS) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  asm volatile("{\n\t.reg .pred p;\n\tWAIT_%=:\n\t"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+               "@!p bra WAIT_%=;\n\t}" :: "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
 
-extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE_PARAMS) {
   extern __shared__ __align__(16) unsigned char sm_raw[];
+#ifdef LAT_DIAG_EMPTY
+  return;  // diagnostic: the launch alone
+#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
-  const int grp = warp >> 2, wg = warp & 3;
+  const int grp = warp >> 2, wg = warp & 3;  // grp 2: the producer warps, for groups wg = 0, 1
   // Shared memory, in order (lower::latent_mma_smem mirrors it); per-group parts are [2][...].
-  u16* sm_kv = (u16*)sm_raw;                                        // [LNST][LTT][LROW]
+  // The stages start on a 128-byte boundary (the allocation has 128 bytes to spare). Bulk copies
+  // land where the static shared memory ends otherwise: 48 bytes in made the whole decode 20-25%
+  // slower than 32 bytes in, and the 128-byte boundary is 2-4% faster than 32 bytes in.
+  u16* sm_kv = (u16*)(sm_raw + ((0u - smem_addr(sm_raw)) & 127u));  // [LNST][LTT][LROW]
   float* red_all = (float*)(sm_kv + LNST * LTT * LROW);             // [2][4][16][LRED]
   u16* p_all = (u16*)(red_all + 2 * 4 * 16 * LRED);                 // [2][16][LPS]
   float* mx_all = (float*)(p_all + 2 * 16 * LPS);                   // [2][4][16]
   float* sm_l = mx_all + 2 * 64;                                    // [2][4][16]
   float* sm_ml = sm_l + 2 * 64;                                     // [16][2]: group 1's (M, L)
-  float* sm_red = red_all + grp * (4 * 16 * LRED);
-  u16* sm_p = p_all + grp * (16 * LPS);
-  float* sm_mx = mx_all + grp * 64;
+  u32* sm_flag = (u32*)(sm_ml + 32);                                // [2][4]: a warp's maxima grew
   const int head_tiles = G / GTM;
   const int split = blockIdx.x / head_tiles;
   const int ht = blockIdx.x - split * head_tiles;
@@ -70,39 +100,45 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
   const int s_end = min(hi, s_begin + split_tokens);
   const int ntiles = s_end > s_begin ? (s_end - s_begin + LTT - 1) / LTT : 0;
   const bool verifier = ht == 0;
-  const size_t block_elems = (size_t)layers * bs * LROW;
-  const size_t layer_off = (size_t)layer * bs * LROW;
-  const u32* tbl = tables + (size_t)seq * table_stride;
   const u64* tags = expected + (size_t)seq * exp_stride;
   const int qh0 = ht * GTM;
   const int d0 = wg * LMW;
   const size_t orow0 = ((size_t)seq * layers + layer) * G + qh0;
 
-  // Loads: rows come in runs of `run` positions (the largest power of two dividing the block
-  // size, at most a tile), contiguous and padded alike in the pool and in shared memory, so one
-  // bulk copy per run (lane r of the issuing warp copies the run starting at row r) fills a
-  // stage. Runs starting at or after hi are zeroed with plain stores first. Warp 0 fills every
-  // stage at the start; afterwards the group that finishes a tile refills its stage with the
-  // tile LNST ahead, its block ids looked up while the tile was computed. (One bulk copy per
-  // row, and 16-byte cp.async per thread before that, ran at 11-58% of the copy bandwidth: the
-  // per-request cost of small copies, not the bytes, was the limit.)
-  __shared__ __align__(8) u64 sm_bar[LNST];
+  __shared__ __align__(8) u64 sm_full[LNST], sm_empty[LNST];
+  __shared__ u32 sm_last;
   if (threadIdx.x == 0) {
     #pragma unroll
-    for (int s = 0; s < LNST; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&sm_bar[s])) : "memory");
+    for (int s = 0; s < LNST; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(&sm_full[s])) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 4;" :: "r"(smem_addr(&sm_empty[s])) : "memory");
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+
+  // Loads. Rows come in runs of `run` positions (the largest power of two dividing the block
+  // size, at most a tile), contiguous and padded alike in the pool and in shared memory, so one
+  // bulk copy per run (lane r copies the run starting at row r) fills a stage. Runs starting at
+  // or after hi are zeroed with plain stores instead. (One bulk copy per row, and 16-byte
+  // cp.async per thread before that, ran at 11-58% of the copy bandwidth: the per-request cost
+  // of small copies, not the bytes, was the limit.)
+  const size_t block_elems = (size_t)layers * bs * LROW;
+  const size_t layer_off = (size_t)layer * bs * LROW;
+  const u32* tbl = tables + (size_t)seq * table_stride;
   const int run = min(LTT, bs & -bs);
+  const u32 run_bytes = (u32)(run * LROW * 2);
+  // The block id of the run lane starts in tile T (lanes that start no run: none).
   auto row_blk = [&](int T) -> u32 {
     const int pos = s_begin + T * LTT + lane;
     return (T < ntiles && lane % run == 0 && pos < hi) ? __ldg(tbl + pos / bs) : 0xffffffffu;
   };
-  auto issue = [&](int T, u32 blk) {  // one whole warp
-    const int st = T % LNST;
-    const u32 bar = smem_addr(&sm_bar[st]);
+  // One whole warp fills the stage of tile T (free by now) and arms its `full` barrier.
+  auto issue = [&](int T, u32 blk) {
+    const int s = T % LNST;
+    const u32 bar = smem_addr(&sm_full[s]);
     const int t0 = s_begin + T * LTT;
-    u16* dst = sm_kv + st * LTT * LROW + lane * LROW;
+    u16* dst = sm_kv + s * LTT * LROW + lane * LROW;
     if (t0 + lane - lane % run >= hi) {
       #pragma unroll 8
       for (int i = 0; i < LNCH; ++i) ((uint4*)dst)[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -111,7 +147,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
     __syncwarp();  // the zeroed rows precede lane 0's arrive (a release) below
     const bool lead = blk != 0xffffffffu;
     const u32 copies = (u32)__popc(__ballot_sync(0xffffffffu, lead));
-    const u32 run_bytes = (u32)(run * LROW * 2);
     if (lane == 0)
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(copies * run_bytes) : "memory");
     if (lead) {
@@ -120,27 +155,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
                    :: "r"(smem_addr(dst)), "l"(src), "r"(run_bytes), "r"(bar) : "memory");
     }
   };
-  auto wait_tile = [&](int T) {
-    const u32 bar = smem_addr(&sm_bar[T % LNST]), parity = (u32)((T / LNST) & 1);
-    asm volatile("{\n\t.reg .pred p;\n\tWAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra WAIT_%=;\n\t}" :: "r"(bar), "r"(parity) : "memory");
-  };
-  if (warp == 0 && !LAT_NOLOAD) {
-    u32 pb[LNST];
-    #pragma unroll
-    for (int s = 0; s < LNST; ++s) pb[s] = row_blk(s);
-    #pragma unroll
-    for (int s = 0; s < LNST; ++s) if (s < ntiles) issue(s, pb[s]);
+  if (grp == 2) {
+    // The producer of group wg's stages (wg, wg + 2, ...): the block ids of a round of tiles
+    // are loaded together, before the round waits for its stages to be released.
+    if (LAT_NOLOAD) return;
+    u32 pb[LNST / 2];
+    for (int T0 = 0; T0 < ntiles; T0 += LNST) {
+      #pragma unroll
+      for (int i = 0; i < LNST / 2; ++i) pb[i] = row_blk(T0 + 2 * i + wg);
+      #pragma unroll
+      for (int i = 0; i < LNST / 2; ++i) {
+        const int s = 2 * i + wg, T = T0 + s;
+        if (T >= ntiles) break;
+        if (T0 > 0) mbar_wait(smem_addr(&sm_empty[s]), (u32)((T0 / LNST - 1) & 1));
+        issue(T, pb[i]);
+      }
+    }
+    return;
   }
-  // The verifier's expected tags (lanes 0-7 of each warp: rows 8 wg + lane), loaded a tile ahead.
-  auto tag_at = [&](int T) -> u64 {
-    const int pos = s_begin + T * LTT + wg * 8 + lane;
-    return (T < ntiles && pos >= lo && pos < hi) ? __ldg(tags + pos) : 0ull;
-  };
-  u64 next_tag = verifier && lane < 8 ? tag_at(grp) : 0ull;
 
-  // The warp's Q slice as A fragments (rows >= GTM are zero).
+  float* sm_red = red_all + grp * (4 * 16 * LRED);
+  u16* sm_p = p_all + grp * (16 * LPS);
+  float* sm_mx = mx_all + grp * 64;
+  // The warp's Q slice as A fragments (rows >= GTM are zero), loaded first.
   u32 qa[LKS][4];
   {
     const u16* qb = q + orow0 * LDM + d0;
@@ -153,6 +190,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
       qa[ks][3] = gid + 8 < GTM ? *(const u32*)(qb + (size_t)(gid + 8) * LDM + c + 8) : 0u;
     }
   }
+  // The verifier's expected tags (lanes 0-7 of each warp: rows 8 wg + lane), fetched a tile
+  // ahead with cp.async into two slots per warp. (Carried in a register, the tag of the next
+  // tile made the compiler wait for its load at the end of every tile: 10% of the samples.)
+  __shared__ u64 sm_tag[8][2][8];  // [warp][slot][lane]
+  auto tag_fetch = [&](int T, int slot) {
+    const int pos = s_begin + T * LTT + wg * 8 + lane;
+    if (T < ntiles && pos >= lo && pos < hi)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(smem_addr(&sm_tag[warp][slot][lane])), "l"(tags + pos) : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  int slot = 0;
+  if (verifier && lane < 8) tag_fetch(grp, 0);
   float acc[LNT][4];
   #pragma unroll
   for (int n = 0; n < LNT; ++n) { acc[n][0] = 0.f; acc[n][1] = 0.f; acc[n][2] = 0.f; acc[n][3] = 0.f; }
@@ -161,18 +210,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
   u64 cks = 0ull;
 
   for (int t = grp; t < ntiles; t += 2) {
-    // The refill of this tile's stage (tile t + LNST): block ids now, the copies at the end.
-    const u32 refill_blk = wg == 0 && !LAT_NOLOAD ? row_blk(t + LNST) : 0xffffffffu;
 #ifndef LAT_DIAG_NOLOAD
-    wait_tile(t);
+    mbar_wait(smem_addr(&sm_full[t % LNST]), (u32)((t / LNST) & 1));
 #endif
     const int t0 = s_begin + t * LTT;
     const u16* kt = sm_kv + (t % LNST) * LTT * LROW;
     const u32 kt_s = smem_addr(kt);
     if (verifier && lane < 8) {
       const int r = wg * 8 + lane, pos = t0 + r;
-      const u64 want = next_tag;
-      next_tag = tag_at(t + 2);
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      const u64 want = sm_tag[warp][slot][lane];
+      tag_fetch(t + 2, slot ^ 1);
       if (pos >= lo && pos < hi) {
         const u64 got = *(const u64*)(kt + r * LROW);
         reads += 1u; cks += got;
@@ -217,22 +265,35 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
     float x0 = fmaxf(s00, s01), x1 = fmaxf(s10, s11);
     x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1)); x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
     x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1)); x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+    // P with the group's running maxima (m0, m1 are the same in every warp of the group),
+    // unless some warp saw a score above them by more than LTAU: then, after the barrier, the
+    // whole group takes the new maxima, rescales and rewrites P.
+    const u32 grew = __any_sync(0xffffffffu, x0 > m0 + LTAU || x1 > m1 + LTAU);
     if (tid == 0) { sm_mx[wg * 16 + gid] = x0; sm_mx[wg * 16 + gid + 8] = x1; }
-    group_sync(grp);
-    float n0 = m0, n1 = m1;
-    #pragma unroll
-    for (int w = 0; w < 4; ++w) { n0 = fmaxf(n0, sm_mx[w * 16 + gid]); n1 = fmaxf(n1, sm_mx[w * 16 + gid + 8]); }
-    const float mu0 = n0 == NEG_INF ? 0.f : n0, mu1 = n1 == NEG_INF ? 0.f : n1;
-    const float al0 = ex2(m0 - mu0), al1 = ex2(m1 - mu1);
-    m0 = n0; m1 = n1;
-    const float p00 = ex2(s00 - mu0), p01 = ex2(s01 - mu0), p10 = ex2(s10 - mu1), p11 = ex2(s11 - mu1);
-    l0 = l0 * al0 + p00 + p01;
-    l1 = l1 * al1 + p10 + p11;
+    if (lane == 0) sm_flag[grp * 4 + wg] = grew;
+    float mu0 = m0 == NEG_INF ? 0.f : m0, mu1 = m1 == NEG_INF ? 0.f : m1;
+    float p00 = ex2(s00 - mu0), p01 = ex2(s01 - mu0), p10 = ex2(s10 - mu1), p11 = ex2(s11 - mu1);
     *(u32*)(sm_p + gid * LPS + 8 * wg + 2 * tid) = pack_bf16(p00, p01);
     *(u32*)(sm_p + (gid + 8) * LPS + 8 * wg + 2 * tid) = pack_bf16(p10, p11);
-    #pragma unroll
-    for (int n = 0; n < LNT; ++n) { acc[n][0] *= al0; acc[n][1] *= al0; acc[n][2] *= al1; acc[n][3] *= al1; }
     group_sync(grp);
+    const uint4 fl = *(const uint4*)(sm_flag + grp * 4);
+    if (fl.x | fl.y | fl.z | fl.w) {
+      float n0 = m0, n1 = m1;
+      #pragma unroll
+      for (int w = 0; w < 4; ++w) { n0 = fmaxf(n0, sm_mx[w * 16 + gid]); n1 = fmaxf(n1, sm_mx[w * 16 + gid + 8]); }
+      const float nu0 = n0 == NEG_INF ? 0.f : n0, nu1 = n1 == NEG_INF ? 0.f : n1;
+      const float al0 = ex2(m0 - nu0), al1 = ex2(m1 - nu1);
+      m0 = n0; m1 = n1; mu0 = nu0; mu1 = nu1;
+      l0 *= al0; l1 *= al1;
+      #pragma unroll
+      for (int n = 0; n < LNT; ++n) { acc[n][0] *= al0; acc[n][1] *= al0; acc[n][2] *= al1; acc[n][3] *= al1; }
+      p00 = ex2(s00 - mu0); p01 = ex2(s01 - mu0); p10 = ex2(s10 - mu1); p11 = ex2(s11 - mu1);
+      *(u32*)(sm_p + gid * LPS + 8 * wg + 2 * tid) = pack_bf16(p00, p01);
+      *(u32*)(sm_p + (gid + 8) * LPS + 8 * wg + 2 * tid) = pack_bf16(p10, p11);
+      group_sync(grp);
+    }
+    l0 += p00 + p01;
+    l1 += p10 + p11;
     // O += P V over the warp's dims: 2 k-steps of 16 positions, LNT n-tiles of 8 dims.
     const u32 p_s = smem_addr(sm_p);
     #pragma unroll
@@ -249,14 +310,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
         LAT_MMA(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
       }
     }
-    group_sync(grp);  // the group is done with the stage, P and the partial scores
-    if (wg == 0 && !LAT_NOLOAD && t + LNST < ntiles) issue(t + LNST, refill_blk);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&sm_empty[t % LNST]));  // this warp is done with the stage
+    slot ^= 1;
   }
   // Row sums: over the lane quad, then over the group's warps (they used the same maxima).
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   if (tid == 0) { sm_l[grp * 64 + wg * 16 + gid] = l0; sm_l[grp * 64 + wg * 16 + gid + 8] = l1; }
-  __syncthreads();  // both groups are done with every stage; the row sums are in
+  consumers_sync();  // both groups are done with every stage; the row sums are in
   float L0 = 0.f, L1 = 0.f;
   #pragma unroll
   for (int w = 0; w < 4; ++w) { L0 += sm_l[grp * 64 + w * 16 + gid]; L1 += sm_l[grp * 64 + w * 16 + gid + 8]; }
@@ -274,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
       sm_ml[(gid + 8) * 2] = m1; sm_ml[(gid + 8) * 2 + 1] = L1;
     }
   }
-  __syncthreads();
+  consumers_sync();
   if (grp == 0) {
     #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -306,35 +368,84 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_latent_mma(DECODE_PARA
     }
   }
   if (verifier) flush_record(verify + (size_t)seq * 8, mism, first_bad, reads, cks);
-}
-
-// grid (ceil(rows * LDM / 4 / 128)), 128 threads: one float4 of output per thread,
-// out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M) over the nsplit partial rows. A separate
-// launch spreads the combine over the whole device (done by the last CTA of each row block, the
-// 16 x 576 partial rows took tens of microseconds at the end of the decode).
-extern "C" __global__ void __launch_bounds__(128) latent_combine(const float* __restrict__ part_o,
-    const float* __restrict__ part_ml, float* __restrict__ out, int rows, int nsplit) {
-  const int nv = LDM / 4;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-#ifdef LAT_DIAG_NOCOMBINE
-  return;  // diagnostic: the launch without its work
-#endif
-  if (i >= rows * nv) return;
-  const int r = i / nv, d = (i - r * nv) * 4;
-  const float* ml = part_ml + (size_t)r * nsplit * 2;
-  float M = NEG_INF;
-  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, ml[2 * s]);
-  float L = 0.f;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-  #pragma unroll 8
-  for (int s = 0; s < nsplit; ++s) {
-    const float m = ml[2 * s];
-    const float f = m == NEG_INF ? 0.f : ex2(m - M);
-    L += ml[2 * s + 1] * f;
-    const float4 p = *(const float4*)(part_o + ((size_t)r * nsplit + s) * LDM + d);
-    o.x += p.x * f; o.y += p.y * f; o.z += p.z * f; o.w += p.w * f;
+  if (nsplit == 1) return;
+  // The split combine, by the last CTA of the request's splits to finish (a counter, reset by
+  // that CTA for the next launch): out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M). Every
+  // thread keeps LCPT float4 of output and streams the partial rows through them two splits
+  // at a time; the first two are in flight while the (M, L) pairs become per-split factors in
+  // shared memory. At 32 x 4K its work costs about 3 us of a 51 us decode (LAT_DIAG_NOCOMBINE);
+  // the separate combine launch it replaced cost 1-2 us more.
+  __threadfence();
+  consumers_sync();
+  if (threadIdx.x == 0) {
+    u32* counter = counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * head_tiles + ht;
+    const u32 prev = atomicAdd(counter, 1u);
+    sm_last = prev == (u32)(nsplit - 1) ? 1u : 0u;
+    if (sm_last) atomicExch(counter, 0u);
   }
-  const float inv = L > 0.f ? 1.f / L : 0.f;
-  *(float4*)(out + (size_t)r * LDM + d) = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  consumers_sync();
+  if (!sm_last) return;
+  __threadfence();
+#ifdef LAT_DIAG_NOCOMBINE
+  return;  // diagnostic: the decode without the combine's work
+#endif
+  const int nv = LDM / 4;
+  const float4* po = (const float4*)(part_o + orow0 * nsplit * LDM);
+  // Partial row (r, s) starts at float4 (r * nsplit + s) * nv of po.
+  auto load2 = [&](int s, float4 (&v)[2][LCPT]) {
+    #pragma unroll
+    for (int i = 0; i < LCPT; ++i) {
+      const int idx = threadIdx.x + i * LCONS;
+      const int r = idx / nv, d4 = idx - r * nv;
+      #pragma unroll
+      for (int k = 0; k < 2; ++k)
+        v[k][i] = idx < GTM * nv && s + k < nsplit ? __ldcg(po + (size_t)(r * nsplit + s + k) * nv + d4)
+                                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  float4 v[2][LCPT];
+  load2(0, v);
+  float2* sm_pair = (float2*)sm_kv;            // [GTM][nsplit] (M, L)
+  float* sm_f = (float*)(sm_pair + GTM * nsplit);  // [GTM][nsplit] factors
+  float* sm_inv = sm_f + GTM * nsplit;          // [GTM] 1 / L
+  for (int i = threadIdx.x; i < GTM * nsplit; i += LCONS) sm_pair[i] = __ldcg((const float2*)(part_ml + orow0 * nsplit * 2) + i);
+  consumers_sync();
+  if (threadIdx.x < GTM) {
+    const float2* ml = sm_pair + threadIdx.x * nsplit;
+    float M = NEG_INF;
+    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, ml[s].x);
+    float L = 0.f;
+    for (int s = 0; s < nsplit; ++s) {
+      const float f = ml[s].x == NEG_INF ? 0.f : ex2(ml[s].x - M);
+      L += ml[s].y * f;
+      sm_f[threadIdx.x * nsplit + s] = f;
+    }
+    sm_inv[threadIdx.x] = L > 0.f ? 1.f / L : 0.f;
+  }
+  consumers_sync();
+  float4 o[LCPT];
+  #pragma unroll
+  for (int i = 0; i < LCPT; ++i) o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < nsplit; s += 2) {
+    #pragma unroll
+    for (int i = 0; i < LCPT; ++i) {
+      const int r = min((int)(threadIdx.x + i * LCONS) / nv, GTM - 1);
+      #pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float f = s + k < nsplit ? sm_f[r * nsplit + s + k] : 0.f;
+        o[i].x += v[k][i].x * f; o[i].y += v[k][i].y * f; o[i].z += v[k][i].z * f; o[i].w += v[k][i].w * f;
+      }
+    }
+    if (s + 2 < nsplit) load2(s + 2, v);
+  }
+  #pragma unroll
+  for (int i = 0; i < LCPT; ++i) {
+    const int idx = threadIdx.x + i * LCONS;
+    if (idx < GTM * nv) {
+      const int r = idx / nv, d4 = idx - r * nv;
+      const float inv = sm_inv[r];
+      ((float4*)(out + (orow0 + r) * LDM))[d4] = make_float4(o[i].x * inv, o[i].y * inv, o[i].z * inv, o[i].w * inv);
+    }
+  }
 }
 #endif
