@@ -323,13 +323,15 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
   #pragma unroll
   for (int w = 0; w < 4; ++w) { L0 += sm_l[grp * 64 + w * 16 + gid]; L1 += sm_l[grp * 64 + w * 16 + gid + 8]; }
   // Merge: group 1 leaves (M, L, O) in shared memory (the stages are free now), group 0 adds it.
-  float* sm_o = (float*)sm_kv;  // [16][LDM]
+  // Rows padded by 8 floats: with LDM floats (a multiple of 32 banks) the 8 rows of a warp's
+  // float2 stores and loads fell on the same banks.
+  float* sm_o = (float*)sm_kv;  // [16][LDM + 8]
   if (grp == 1) {
     #pragma unroll
     for (int n = 0; n < LNT; ++n) {
       const int d = d0 + 8 * n + 2 * tid;
-      *(float2*)(sm_o + gid * LDM + d) = make_float2(acc[n][0], acc[n][1]);
-      *(float2*)(sm_o + (gid + 8) * LDM + d) = make_float2(acc[n][2], acc[n][3]);
+      *(float2*)(sm_o + gid * (LDM + 8) + d) = make_float2(acc[n][0], acc[n][1]);
+      *(float2*)(sm_o + (gid + 8) * (LDM + 8) + d) = make_float2(acc[n][2], acc[n][3]);
     }
     if (wg == 0 && tid == 0) {
       sm_ml[gid * 2] = m0; sm_ml[gid * 2 + 1] = L0;
@@ -352,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
         #pragma unroll
         for (int n = 0; n < LNT; ++n) {
           const int d = d0 + 8 * n + 2 * tid;
-          const float2 b = *(const float2*)(sm_o + r * LDM + d);
+          const float2 b = *(const float2*)(sm_o + r * (LDM + 8) + d);
           const float o0 = acc[n][2 * hr] * fa + b.x * fb, o1 = acc[n][2 * hr + 1] * fa + b.y * fb;
           if (nsplit == 1) {
             *(float2*)(out + orow * LDM + d) = make_float2(o0 * inv, o1 * inv);
