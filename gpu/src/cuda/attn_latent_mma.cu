@@ -106,7 +106,6 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
   const size_t orow0 = ((size_t)seq * layers + layer) * G + qh0;
 
   __shared__ __align__(8) u64 sm_full[LNST], sm_empty[LNST];
-  __shared__ u32 sm_last;
   if (threadIdx.x == 0) {
     #pragma unroll
     for (int s = 0; s < LNST; ++s) {
@@ -377,17 +376,8 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
   // at a time; the first two are in flight while the (M, L) pairs become per-split factors in
   // shared memory. At 32 x 4K its work costs about 3 us of a 51 us decode (LAT_DIAG_NOCOMBINE);
   // the separate combine launch it replaced cost 1-2 us more.
-  __threadfence();
-  consumers_sync();
-  if (threadIdx.x == 0) {
-    u32* counter = counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * head_tiles + ht;
-    const u32 prev = atomicAdd(counter, 1u);
-    sm_last = prev == (u32)(nsplit - 1) ? 1u : 0u;
-    if (sm_last) atomicExch(counter, 0u);
-  }
-  consumers_sync();
-  if (!sm_last) return;
-  __threadfence();
+  u32* counter = counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * head_tiles + ht;
+  if (!last_split_cta(counter, nsplit, [] { consumers_sync(); })) return;
 #ifdef LAT_DIAG_NOCOMBINE
   return;  // diagnostic: the decode without the combine's work
 #endif

@@ -60,19 +60,28 @@ __device__ __forceinline__ void flush_record(u32* rec, u32 mism, u32 first_bad, 
 // M, sum L per head); the last of the nsplit CTAs sharing (seq, layer, kv head, head tile), found
 // with a counter (reset by that CTA for the next launch), combines them:
 // out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M).
-__device__ __forceinline__ void combine_if_last(const float* part_o, const float* part_ml, float* out,
-    u32* counter, int nsplit, size_t orow0, int rows, int dv) {
+// True, in every thread that takes part, in the last of the nsplit CTAs counting on `counter`
+// to finish its partial rows (that CTA resets the counter for the next launch). `sync` is the
+// barrier of the threads taking part: __syncthreads, or a named barrier once some warps left.
+template <typename Sync>
+__device__ __forceinline__ bool last_split_cta(u32* counter, int nsplit, Sync sync) {
   __shared__ u32 sm_last;
   __threadfence();
-  __syncthreads();
+  sync();
   if (threadIdx.x == 0) {
     const u32 prev = atomicAdd(counter, 1u);
     sm_last = prev == (u32)(nsplit - 1) ? 1u : 0u;
     if (sm_last) atomicExch(counter, 0u);
   }
-  __syncthreads();
-  if (!sm_last) return;
+  sync();
+  if (!sm_last) return false;
   __threadfence();
+  return true;
+}
+
+__device__ __forceinline__ void combine_if_last(const float* part_o, const float* part_ml, float* out,
+    u32* counter, int nsplit, size_t orow0, int rows, int dv) {
+  if (!last_split_cta(counter, nsplit, [] { __syncthreads(); })) return;
   for (int idx = threadIdx.x; idx < rows * dv; idx += blockDim.x) {
     const int r = idx / dv, d = idx - r * dv;
     const size_t orow = orow0 + r;
