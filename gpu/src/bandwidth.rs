@@ -242,6 +242,10 @@ pub struct BandwidthRow {
     pub rows_verified: u64,
     /// Relative error of request 0's output against the f64 reference (heuristic split only).
     pub ref_rel_err: Option<f64>,
+    /// Per launch, with many launches queued between one event pair (no event pair per launch).
+    pub batch_us: f64,
+    /// The 2 GiB copy timed the same way.
+    pub copy_batch_gbps: f64,
 }
 
 impl BandwidthRow {
@@ -249,6 +253,15 @@ impl BandwidthRow {
     pub fn same_fraction(&self) -> f64 {
         if self.same_copy_gbps > 0.0 {
             self.gbps / self.same_copy_gbps
+        } else {
+            0.0
+        }
+    }
+
+    /// Batched attention bandwidth over batched copy bandwidth.
+    pub fn batch_fraction(&self) -> f64 {
+        if self.copy_batch_gbps > 0.0 && self.batch_us > 0.0 {
+            self.kv_bytes as f64 / (self.batch_us * 1e-6) / 1e9 / self.copy_batch_gbps
         } else {
             0.0
         }
@@ -353,6 +366,8 @@ pub fn run(
                     same_copy_gbps: same.gbps(),
                     violations: r.violations.len(),
                     rows_verified: r.rows_verified,
+                    batch_us: f64::from(r.batch_median_ms) * 1e3,
+                    copy_batch_gbps: 2.0 * copy.bytes as f64 / (f64::from(copy.batch_median_ms) * 1e-3) / 1e9,
                 };
                 log(format!(
                     "  {} split {:>5} x{:<3} {:>9.1} us {:>7.1} GB/s = {:>5.1}% of copy {:.1} GB/s (min {:.1} max {:.1} us), {} rows verified",
@@ -367,6 +382,15 @@ pub fn run(
                     r.times_ms.iter().copied().fold(0.0, f32::max) * 1e3,
                     row.rows_verified
                 ));
+                log(format!(
+                    "    batched: {:.1} us per launch = {:.1}% of the batched copy ({:.1} GB/s)",
+                    row.batch_us,
+                    100.0 * row.batch_fraction(),
+                    row.copy_batch_gbps
+                ));
+                if !r.timeline.is_empty() {
+                    log(timeline_summary(&r.timeline));
+                }
                 if let Some(e) = row.ref_rel_err {
                     log(format!("    request 0 vs f64 reference: rel err {e:.2e}"));
                 }
@@ -377,16 +401,89 @@ pub fn run(
     Ok(rows)
 }
 
+/// A summary of LAT_DIAG_TIMELINE stamps (8 words per CTA: globaltimer at entry, SM id with
+/// the last-split flag in bit 32, clock64 at entry, first tile, loop end, before the split
+/// counter and exit, globaltimer at exit). Times in us; clock spans use each CTA's own
+/// clock rate over its globaltimer span.
+pub fn timeline_summary(words: &[u64]) -> String {
+    let ctas: Vec<&[u64]> = words.chunks_exact(8).filter(|c| c[0] != 0 && c[7] >= c[0]).collect();
+    if ctas.is_empty() {
+        return "    timeline: no stamps".to_string();
+    }
+    let t0 = ctas.iter().map(|c| c[0]).min().unwrap_or(0);
+    let us = |ns: u64| ns as f64 / 1e3;
+    let pct = |mut v: Vec<f64>| -> String {
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        format!(
+            "min {:.2} p50 {:.2} p90 {:.2} max {:.2}",
+            at(0.0),
+            at(0.5),
+            at(0.9),
+            at(1.0)
+        )
+    };
+    let starts: Vec<f64> = ctas.iter().map(|c| us(c[0] - t0)).collect();
+    let ends: Vec<f64> = ctas.iter().map(|c| us(c[7] - t0)).collect();
+    // Cycles per us of each CTA (its clock64 span over its globaltimer span).
+    let rate = |c: &[u64]| (c[6] - c[2]) as f64 / us(c[7] - c[0]).max(1e-3);
+    let phase = |a: usize, b: usize, only_last: bool| -> Vec<f64> {
+        ctas.iter()
+            .filter(|c| !only_last || c[1] >> 32 != 0)
+            .filter(|c| c[b] >= c[a] && c[a] != 0)
+            .map(|c| (c[b] - c[a]) as f64 / rate(c))
+            .collect()
+    };
+    let mut s = format!(
+        "    timeline of {} CTAs, span {:.2} us (first entry to last exit)
+",
+        ctas.len(),
+        ends.iter().fold(0.0f64, |m, &x| m.max(x))
+    );
+    s += &format!(
+        "      entry    {}
+",
+        pct(starts)
+    );
+    s += &format!(
+        "      exit     {}
+",
+        pct(ends)
+    );
+    s += &format!(
+        "      clock    {} cycles/us
+",
+        pct(ctas.iter().map(|c| rate(c)).collect())
+    );
+    for (name, a, b, last) in [
+        ("first tile", 2, 3, false),
+        ("loop", 3, 4, false),
+        ("epilogue", 4, 5, false),
+        ("combine", 5, 6, true),
+        ("cta total", 2, 6, false),
+    ] {
+        let v = phase(a, b, last);
+        if !v.is_empty() {
+            s += &format!(
+                "      {name:<9} {}
+",
+                pct(v)
+            );
+        }
+    }
+    s.trim_end().to_string()
+}
+
 /// The table in Markdown.
 pub fn markdown(rows: &[BandwidthRow]) -> String {
     let mut s = String::from(
-        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | % of same-bytes copy | verified | ref err |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | % of same-bytes copy | batched us | % of copy, batched | verified | ref err |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let sh = &r.shape;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {:.1} | {:.1}% | {} | {} |\n",
             sh.name,
             sh.kind.name(),
             sh.batch,
@@ -405,6 +502,8 @@ pub fn markdown(rows: &[BandwidthRow]) -> String {
             r.copy_gbps,
             100.0 * r.fraction(),
             100.0 * r.same_fraction(),
+            r.batch_us,
+            100.0 * r.batch_fraction(),
             if r.violations == 0 { "ok".to_string() } else { format!("{} violations", r.violations) },
             r.ref_rel_err.map_or("-".to_string(), |e| format!("{e:.1e}")),
         ));
@@ -466,6 +565,34 @@ mod tests {
     }
 
     #[test]
+    fn timeline_summary_reads_the_stamps() {
+        // Two CTAs at 1000 cycles per us: entries 0 and 1 us apart, one combines the splits.
+        let cta = |entry_ns: u64, last: bool, phases_us: [u64; 4], exit_ns: u64| {
+            let c0 = 5_000u64;
+            let mut c = [entry_ns, 7 | (u64::from(last) << 32), c0, 0, 0, 0, 0, exit_ns];
+            let mut at = c0;
+            for (i, us) in phases_us.iter().enumerate() {
+                at += us * 1000;
+                c[3 + i] = at;
+            }
+            c
+        };
+        let mut words = Vec::new();
+        words.extend(cta(1_000_000, false, [2, 30, 3, 0], 1_035_000));
+        words.extend(cta(1_001_000, true, [4, 30, 2, 4], 1_041_000));
+        words.extend([0u64; 8]); // a CTA that left no stamps
+        let s = timeline_summary(&words);
+        assert!(s.contains("timeline of 2 CTAs, span 41.00 us"), "{s}");
+        assert!(s.contains("entry    min 0.00 p50 1.00 p90 1.00 max 1.00"), "{s}");
+        assert!(s.contains("first tile min 2.00 p50 4.00"), "{s}");
+        assert!(s.contains("loop      min 30.00 p50 30.00"), "{s}");
+        // Only the combining CTA has a combine phase.
+        assert!(s.contains("combine   min 4.00 p50 4.00 p90 4.00 max 4.00"), "{s}");
+        assert!(s.contains("cta total min 35.00 p50 40.00"), "{s}");
+        assert_eq!(timeline_summary(&[0; 8]), "    timeline: no stamps");
+    }
+
+    #[test]
     fn markdown_has_one_line_per_row() {
         let row = BandwidthRow {
             shape: shapes()[0].clone(),
@@ -480,11 +607,13 @@ mod tests {
             violations: 0,
             rows_verified: 1,
             ref_rel_err: None,
+            batch_us: 134.2,
+            copy_batch_gbps: 4300.0,
         };
         let md = markdown(std::slice::from_ref(&row));
         assert_eq!(md.lines().count(), 3);
         assert!(md.contains("| full-gqa4 | full | 32 | 4096 | 4096 | 8/32 | 128 | 16 | base | 1024x4 |"));
-        assert!(md.contains("| 89.2% | 95.9% |"), "{md}");
+        assert!(md.contains("| 89.2% | 95.9% | 134.2 | 93.0% |"), "{md}");
         assert!((row.fraction() - 0.8918).abs() < 1e-3);
     }
 }

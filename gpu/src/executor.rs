@@ -252,6 +252,8 @@ fn kernel_for(g: &GroupLayout, latent_stages: Option<u32>) -> Option<AttnKernel>
 /// One compiled decode module.
 struct AttnModule {
     name: String,
+    /// Kept for the diagnostic `lat_timeline` global (LAT_DIAG_TIMELINE builds).
+    module: Arc<CudaModule>,
     decode: CudaFunction,
     /// CTAs of `decode` resident per SM.
     per_sm: u32,
@@ -434,6 +436,12 @@ pub struct DecodeBenchResult {
     pub rows_verified: u64,
     /// With `keep_outputs`: every request's output of the last launch.
     pub outputs: Vec<DecodeOutput>,
+    /// Median per launch of `iters` launches queued between one event pair (the launches'
+    /// own start and tail costs, without an event pair's per launch).
+    pub batch_median_ms: f32,
+    /// Diagnostic builds with LAT_DIAG_TIMELINE only: per-CTA stamps of the last launch
+    /// (8 words per CTA, see attn_latent_mma.cu).
+    pub timeline: Vec<u64>,
 }
 
 /// Result of timing a device-to-device copy.
@@ -442,6 +450,8 @@ pub struct CopyBenchResult {
     pub bytes: u64,
     pub times_ms: Vec<f32>,
     pub median_ms: f32,
+    /// Per copy, `iters` copies between one event pair (as `DecodeBenchResult::batch_median_ms`).
+    pub batch_median_ms: f32,
 }
 
 impl CopyBenchResult {
@@ -536,6 +546,7 @@ impl GpuExecutor {
                 k,
                 AttnModule {
                     name,
+                    module: m.clone(),
                     decode: f,
                     per_sm,
                 },
@@ -1370,6 +1381,7 @@ impl GpuExecutor {
         let mut records = Vec::new();
         let prepared = self.prepare_decode_at(op, 0, 0, opts, &mut records)?;
         let verify = self.new_records(records.len())?;
+        self.clear_timeline(&prepared)?;
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
         // Launches are queued back to back with an event pair around each and one
         // synchronisation at the end: each pair then brackets the kernel alone (its
@@ -1390,8 +1402,11 @@ impl GpuExecutor {
         for (e0, e1) in events.iter().skip(warmup as usize) {
             times_ms.push(e0.elapsed_ms(e1)?);
         }
+        let timeline = self.read_timeline(&prepared)?;
+        let batch_median_ms = self.batch_time(iters, || self.launch_decode(&prepared, &verify))?;
         let words = self.stream.clone_dtoh(&verify)?;
-        let (violations, rows_verified) = check_records(&records, &words, u64::from(warmup + iters));
+        let runs = u64::from(warmup + iters) + 3 * u64::from(iters);
+        let (violations, rows_verified) = check_records(&records, &words, runs);
         let outputs = if opts.keep_outputs {
             self.decode_outputs(&prepared, 0, 0)?
         } else {
@@ -1405,7 +1420,60 @@ impl GpuExecutor {
             splits: prepared.splits(),
             violations,
             rows_verified,
+            batch_median_ms,
+            timeline,
         })
+    }
+
+    /// Runs `launch` `iters` times between one event pair, three times over; the median of
+    /// the three per-launch averages.
+    fn batch_time(&self, iters: u32, mut launch: impl FnMut() -> Result<(), GpuError>) -> Result<f32, GpuError> {
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let mut pairs = Vec::new();
+        for _ in 0..3 {
+            let e0 = self.ctx.new_event(timing)?;
+            let e1 = self.ctx.new_event(timing)?;
+            e0.record(&self.stream)?;
+            for _ in 0..iters {
+                launch()?;
+            }
+            e1.record(&self.stream)?;
+            pairs.push((e0, e1));
+        }
+        self.stream.synchronize()?;
+        let mut per = Vec::new();
+        for (e0, e1) in &pairs {
+            per.push(e0.elapsed_ms(e1)? / iters as f32);
+        }
+        Ok(median(&per))
+    }
+
+    /// Zeroes the `lat_timeline` stamps of the first launch's module, when it has them (so
+    /// that CTAs of an earlier, larger launch do not show in this one's).
+    fn clear_timeline(&self, d: &PreparedDecode) -> Result<(), GpuError> {
+        let Some(l) = d.launches.first() else {
+            return Ok(());
+        };
+        if let Ok(mut global) = self.attn[&l.kernel].module.get_global("lat_timeline", &self.stream) {
+            self.stream.memset_zeros(&mut global)?;
+        }
+        Ok(())
+    }
+
+    /// The `lat_timeline` stamps of the first launch's module, when it has them.
+    fn read_timeline(&self, d: &PreparedDecode) -> Result<Vec<u64>, GpuError> {
+        let Some(l) = d.launches.first() else {
+            return Ok(Vec::new());
+        };
+        let module = &self.attn[&l.kernel].module;
+        let Ok(global) = module.get_global("lat_timeline", &self.stream) else {
+            return Ok(Vec::new());
+        };
+        let bytes = self.stream.clone_dtoh(&global)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
     }
 
     /// Times a device-to-device copy of `bytes` (`cuMemcpyDtoDAsync`), `warmup + iters` times.
@@ -1437,10 +1505,12 @@ impl GpuExecutor {
         for (e0, e1) in pairs.iter().skip(warmup as usize) {
             times_ms.push(e0.elapsed_ms(e1)?);
         }
+        let batch_median_ms = self.batch_time(iters, || Ok(self.stream.memcpy_dtod(&src, &mut dst)?))?;
         Ok(CopyBenchResult {
             bytes: (words * 4) as u64,
             median_ms: median(&times_ms),
             times_ms,
+            batch_median_ms,
         })
     }
 }
@@ -1659,6 +1729,7 @@ mod tests {
             bytes: 1_000_000_000,
             times_ms: vec![],
             median_ms: 1000.0,
+            batch_median_ms: 500.0,
         };
         assert!((c.gbps() - 2.0).abs() < 1e-9);
     }

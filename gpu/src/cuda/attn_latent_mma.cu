@@ -44,6 +44,22 @@
 #else
 #define LAT_NOLOAD 0
 #endif
+// LAT_DIAG_TIMELINE (timing diagnostics, results stay right): thread 0 of every CTA stamps
+// lat_timeline[cta][8] (bandwidth::timeline_summary reads them): globaltimer at entry, SM id
+// (bit 32: it ran the split combine), clock64 at entry, first tile, loop end, before the split
+// counter and exit, globaltimer at exit.
+#ifdef LAT_DIAG_TIMELINE
+__device__ u64 lat_timeline[8 * 4096];
+__device__ __forceinline__ u64 lat_gtimer() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+__device__ __forceinline__ u64 lat_smid() { u32 s; asm volatile("mov.u32 %0, %%smid;" : "=r"(s)); return s; }
+#define LAT_CTA ((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x)
+#define LAT_STAMP(k, v) do { if (threadIdx.x == 0 && LAT_CTA < 4096) lat_timeline[LAT_CTA * 8 + (k)] = (v); } while (0)
+#define LAT_EXIT(last) do { LAT_STAMP(6, (u64)clock64()); LAT_STAMP(7, lat_gtimer()); \
+  if (last) LAT_STAMP(1, lat_smid() | (1ull << 32)); } while (0)
+#else
+#define LAT_STAMP(k, v) ((void)0)
+#define LAT_EXIT(last) ((void)0)
+#endif
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u64 a; asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p)); return (u32)a;
 }
@@ -77,6 +93,9 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
 #ifdef LAT_DIAG_EMPTY
   return;  // diagnostic: the launch alone
 #endif
+  LAT_STAMP(0, lat_gtimer());
+  LAT_STAMP(1, lat_smid());
+  LAT_STAMP(2, (u64)clock64());
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
   const int grp = warp >> 2, wg = warp & 3;  // grp 2: the producer warps, for groups wg = 0, 1
   // Shared memory, in order (lower::latent_mma_smem mirrors it); per-group parts are [2][...].
@@ -212,6 +231,7 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
 #ifndef LAT_DIAG_NOLOAD
     mbar_wait(smem_addr(&sm_full[t % LNST]), (u32)((t / LNST) & 1));
 #endif
+    if (t == 0) LAT_STAMP(3, (u64)clock64());
     const int t0 = s_begin + t * LTT;
     const u16* kt = sm_kv + (t % LNST) * LTT * LROW;
     const u32 kt_s = smem_addr(kt);
@@ -313,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
     if (lane == 0) mbar_arrive(smem_addr(&sm_empty[t % LNST]));  // this warp is done with the stage
     slot ^= 1;
   }
+  LAT_STAMP(4, (u64)clock64());
   // Row sums: over the lane quad, then over the group's warps (they used the same maxima).
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
@@ -369,7 +390,8 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
     }
   }
   if (verifier) flush_record(verify + (size_t)seq * 8, mism, first_bad, reads, cks);
-  if (nsplit == 1) return;
+  LAT_STAMP(5, (u64)clock64());
+  if (nsplit == 1) { LAT_EXIT(false); return; }
   // The split combine, by the last CTA of the request's splits to finish (a counter, reset by
   // that CTA for the next launch): out = sum_s O_s 2^(M_s - M) / sum_s L_s 2^(M_s - M). Every
   // thread keeps LCPT float4 of output and streams the partial rows through them two splits
@@ -377,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
   // shared memory. At 32 x 4K its work costs about 3 us of a 51 us decode (LAT_DIAG_NOCOMBINE);
   // the separate combine launch it replaced cost 1-2 us more.
   u32* counter = counters + ((size_t)blockIdx.y * gridDim.z + blockIdx.z) * head_tiles + ht;
-  if (!last_split_cta(counter, nsplit, [] { consumers_sync(); })) return;
+  if (!last_split_cta(counter, nsplit, [] { consumers_sync(); })) { LAT_EXIT(false); return; }
 #ifdef LAT_DIAG_NOCOMBINE
   return;  // diagnostic: the decode without the combine's work
 #endif
@@ -439,5 +461,6 @@ extern "C" __global__ void __launch_bounds__(LTHREADS, 1) attn_latent_mma(DECODE
       ((float4*)(out + (orow0 + r) * LDM))[d4] = make_float4(o[i].x * inv, o[i].y * inv, o[i].z * inv, o[i].w * inv);
     }
   }
+  LAT_EXIT(true);
 }
 #endif
