@@ -1381,29 +1381,23 @@ impl GpuExecutor {
         let mut records = Vec::new();
         let prepared = self.prepare_decode_at(op, 0, 0, opts, &mut records)?;
         let verify = self.new_records(records.len())?;
-        self.clear_timeline(&prepared)?;
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        // Launches are queued back to back with an event pair around each and one
-        // synchronisation at the end: each pair then brackets the kernel alone (its
-        // opening event completes when the previous launch ends), not the host's
-        // launch latency into an idle stream, and the device never idles between
-        // launches.
-        let mut events = Vec::with_capacity((warmup + iters) as usize);
-        for _ in 0..warmup + iters {
-            let e0 = self.ctx.new_event(timing)?;
-            let e1 = self.ctx.new_event(timing)?;
-            e0.record(&self.stream)?;
-            self.launch_decode(&prepared, &verify)?;
-            e1.record(&self.stream)?;
-            events.push((e0, e1));
+        // Stamps of an earlier, larger launch must not show in this one's.
+        if let Some(mut g) = self.timeline_global(&prepared) {
+            self.stream.memset_zeros(&mut g)?;
         }
-        self.stream.synchronize()?;
-        let mut times_ms = Vec::with_capacity(iters as usize);
-        for (e0, e1) in events.iter().skip(warmup as usize) {
-            times_ms.push(e0.elapsed_ms(e1)?);
-        }
-        let timeline = self.read_timeline(&prepared)?;
-        let batch_median_ms = self.batch_time(iters, || self.launch_decode(&prepared, &verify))?;
+        let times_ms =
+            self.timed_pairs(warmup + iters, 1, || self.launch_decode(&prepared, &verify))?[warmup as usize..].to_vec();
+        let timeline = match self.timeline_global(&prepared) {
+            Some(g) => self
+                .stream
+                .clone_dtoh(&g)?
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+            None => Vec::new(),
+        };
+        let batches = self.timed_pairs(3, iters, || self.launch_decode(&prepared, &verify))?;
+        let batch_median_ms = median(&batches) / iters as f32;
         let words = self.stream.clone_dtoh(&verify)?;
         let runs = u64::from(warmup + iters) + 3 * u64::from(iters);
         let (violations, rows_verified) = check_records(&records, &words, runs);
@@ -1425,55 +1419,41 @@ impl GpuExecutor {
         })
     }
 
-    /// Runs `launch` `iters` times between one event pair, three times over; the median of
-    /// the three per-launch averages.
-    fn batch_time(&self, iters: u32, mut launch: impl FnMut() -> Result<(), GpuError>) -> Result<f32, GpuError> {
+    /// Queues `pairs` event pairs back to back, `per_pair` calls of `launch` inside each, with
+    /// one synchronisation at the end; each pair's elapsed ms. With one call per pair, a pair
+    /// brackets that launch alone (its opening event completes when the previous launch ends),
+    /// not the host's launch latency into an idle stream, and the device never idles between
+    /// launches.
+    fn timed_pairs(
+        &self,
+        pairs: u32,
+        per_pair: u32,
+        mut launch: impl FnMut() -> Result<(), GpuError>,
+    ) -> Result<Vec<f32>, GpuError> {
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let mut pairs = Vec::new();
-        for _ in 0..3 {
+        let mut events = Vec::with_capacity(pairs as usize);
+        for _ in 0..pairs {
             let e0 = self.ctx.new_event(timing)?;
             let e1 = self.ctx.new_event(timing)?;
             e0.record(&self.stream)?;
-            for _ in 0..iters {
+            for _ in 0..per_pair {
                 launch()?;
             }
             e1.record(&self.stream)?;
-            pairs.push((e0, e1));
+            events.push((e0, e1));
         }
         self.stream.synchronize()?;
-        let mut per = Vec::new();
-        for (e0, e1) in &pairs {
-            per.push(e0.elapsed_ms(e1)? / iters as f32);
-        }
-        Ok(median(&per))
+        events.iter().map(|(e0, e1)| Ok(e0.elapsed_ms(e1)?)).collect()
     }
 
-    /// Zeroes the `lat_timeline` stamps of the first launch's module, when it has them (so
-    /// that CTAs of an earlier, larger launch do not show in this one's).
-    fn clear_timeline(&self, d: &PreparedDecode) -> Result<(), GpuError> {
-        let Some(l) = d.launches.first() else {
-            return Ok(());
-        };
-        if let Ok(mut global) = self.attn[&l.kernel].module.get_global("lat_timeline", &self.stream) {
-            self.stream.memset_zeros(&mut global)?;
-        }
-        Ok(())
-    }
-
-    /// The `lat_timeline` stamps of the first launch's module, when it has them.
-    fn read_timeline(&self, d: &PreparedDecode) -> Result<Vec<u64>, GpuError> {
-        let Some(l) = d.launches.first() else {
-            return Ok(Vec::new());
-        };
-        let module = &self.attn[&l.kernel].module;
-        let Ok(global) = module.get_global("lat_timeline", &self.stream) else {
-            return Ok(Vec::new());
-        };
-        let bytes = self.stream.clone_dtoh(&global)?;
-        Ok(bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect())
+    /// The LAT_DIAG_TIMELINE stamps (`lat_timeline`) of the first launch's module, in builds
+    /// that have them.
+    fn timeline_global(&self, d: &PreparedDecode) -> Option<cudarc::driver::CudaViewMut<'_, u8>> {
+        let l = d.launches.first()?;
+        self.attn[&l.kernel]
+            .module
+            .get_global("lat_timeline", &self.stream)
+            .ok()
     }
 
     /// Times a device-to-device copy of `bytes` (`cuMemcpyDtoDAsync`), `warmup + iters` times.
@@ -1488,24 +1468,10 @@ impl GpuExecutor {
             // SAFETY: ptr covers words * 4 bytes of a live allocation on this stream.
             unsafe { cudarc::driver::result::memset_d8_async(ptr, 0x5a, words * 4, self.stream.cu_stream()) }?;
         }
-        // Back to back, each copy in its own event pair, one synchronisation at the end (as
-        // bench_decode times its launches).
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let mut pairs = Vec::new();
-        for _ in 0..warmup + iters {
-            let e0 = self.ctx.new_event(timing)?;
-            let e1 = self.ctx.new_event(timing)?;
-            e0.record(&self.stream)?;
-            self.stream.memcpy_dtod(&src, &mut dst)?;
-            e1.record(&self.stream)?;
-            pairs.push((e0, e1));
-        }
-        self.stream.synchronize()?;
-        let mut times_ms = Vec::new();
-        for (e0, e1) in pairs.iter().skip(warmup as usize) {
-            times_ms.push(e0.elapsed_ms(e1)?);
-        }
-        let batch_median_ms = self.batch_time(iters, || Ok(self.stream.memcpy_dtod(&src, &mut dst)?))?;
+        // Timed as bench_decode times its launches.
+        let mut copy = || Ok(self.stream.memcpy_dtod(&src, &mut dst)?);
+        let times_ms = self.timed_pairs(warmup + iters, 1, &mut copy)?[warmup as usize..].to_vec();
+        let batch_median_ms = median(&self.timed_pairs(3, iters, &mut copy)?) / iters as f32;
         Ok(CopyBenchResult {
             bytes: (words * 4) as u64,
             median_ms: median(&times_ms),
