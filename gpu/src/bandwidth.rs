@@ -117,6 +117,19 @@ pub fn shapes() -> Vec<Shape> {
             kv_heads: 1,
             q_heads: 16,
             head_dim: 576,
+            ..base.clone()
+        },
+        // The MLA group of the built-in `deepseek-mla` scenario (61 layers, block 64) as the
+        // executor runs its decode: one launch over every layer (9.2 GB at 32 x 4K). The
+        // single-layer MLA rows above are the same kernel on 1/61 of the bytes.
+        Shape {
+            name: "deepseek-mla-61l",
+            kind: GroupKind::Mla,
+            layers: 61,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
+            block_size_tokens: 64,
             ..base
         },
     ]
@@ -477,18 +490,19 @@ pub fn timeline_summary(words: &[u64]) -> String {
 /// The table in Markdown.
 pub fn markdown(rows: &[BandwidthRow]) -> String {
     let mut s = String::from(
-        "| shape | kind | batch | ctx | attended | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | % of same-bytes copy | batched us | % of copy, batched | verified | ref err |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| shape | kind | batch | ctx | attended | layers | kv/q heads | dim | block | variant | split | KV MB | median us | GB/s | copy GB/s | % of copy | % of same-bytes copy | batched us | % of copy, batched | verified | ref err |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let sh = &r.shape;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {:.1} | {:.1}% | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {:.1} | {:.1}% | {} | {} |\n",
             sh.name,
             sh.kind.name(),
             sh.batch,
             sh.ctx_tokens,
             sh.attended_tokens(),
+            sh.layers,
             sh.kv_heads,
             sh.q_heads,
             sh.head_dim,
@@ -612,7 +626,7 @@ mod tests {
         };
         let md = markdown(std::slice::from_ref(&row));
         assert_eq!(md.lines().count(), 3);
-        assert!(md.contains("| full-gqa4 | full | 32 | 4096 | 4096 | 8/32 | 128 | 16 | base | 1024x4 |"));
+        assert!(md.contains("| full-gqa4 | full | 32 | 4096 | 4096 | 1 | 8/32 | 128 | 16 | base | 1024x4 |"));
         assert!(md.contains("| 89.2% | 95.9% | 134.2 | 93.0% |"), "{md}");
         assert!((row.fraction() - 0.8918).abs() < 1e-3);
     }
