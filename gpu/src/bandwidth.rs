@@ -380,7 +380,7 @@ pub fn run(
                     violations: r.violations.len(),
                     rows_verified: r.rows_verified,
                     batch_us: f64::from(r.batch_median_ms) * 1e3,
-                    copy_batch_gbps: 2.0 * copy.bytes as f64 / (f64::from(copy.batch_median_ms) * 1e-3) / 1e9,
+                    copy_batch_gbps: copy.batch_gbps(),
                 };
                 log(format!(
                     "  {} split {:>5} x{:<3} {:>9.1} us {:>7.1} GB/s = {:>5.1}% of copy {:.1} GB/s (min {:.1} max {:.1} us), {} rows verified",
