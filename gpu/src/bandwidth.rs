@@ -403,6 +403,7 @@ pub fn run(
                 ));
                 if !r.timeline.is_empty() {
                     log(timeline_summary(&r.timeline));
+                    log(timeline_per_sm(&r.timeline));
                 }
                 if let Some(e) = row.ref_rel_err {
                     log(format!("    request 0 vs f64 reference: rel err {e:.2e}"));
@@ -485,6 +486,26 @@ pub fn timeline_summary(words: &[u64]) -> String {
         }
     }
     s.trim_end().to_string()
+}
+
+/// The loop time of every CTA of LAT_DIAG_TIMELINE stamps by SM, as `sm:cta:us` entries in SM
+/// order, so that runs can be compared SM by SM (is a slow SM slow in every launch?).
+pub fn timeline_per_sm(words: &[u64]) -> String {
+    let mut by_sm: Vec<(u64, usize, f64)> = words
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, c)| c[0] != 0 && c[7] > c[0] && c[4] >= c[3] && c[3] != 0)
+        .map(|(i, c)| {
+            let cycles_per_us = (c[6] - c[2]) as f64 / ((c[7] - c[0]) as f64 / 1e3);
+            (c[1] & 0xffff_ffff, i, (c[4] - c[3]) as f64 / cycles_per_us)
+        })
+        .collect();
+    by_sm.sort_by_key(|&(sm, cta, _)| (sm, cta));
+    let entries: Vec<String> = by_sm
+        .iter()
+        .map(|(sm, cta, us)| format!("{sm}:{cta}:{us:.2}"))
+        .collect();
+    format!("      loop by sm {}", entries.join(" "))
 }
 
 /// The table in Markdown.
@@ -604,6 +625,7 @@ mod tests {
         assert!(s.contains("combine   min 4.00 p50 4.00 p90 4.00 max 4.00"), "{s}");
         assert!(s.contains("cta total min 35.00 p50 40.00"), "{s}");
         assert_eq!(timeline_summary(&[0; 8]), "    timeline: no stamps");
+        assert_eq!(timeline_per_sm(&words), "      loop by sm 7:0:30.00 7:1:30.00");
     }
 
     #[test]
