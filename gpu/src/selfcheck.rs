@@ -6,7 +6,7 @@
 
 use crate::content::{fmix32, StateDigest};
 use crate::error::GpuError;
-use crate::executor::{ExecOptions, GpuExecutor};
+use crate::executor::{ExecOptions, ExecReport, GpuExecutor};
 use crate::ids::{BlockId, GroupId, PointId, ReqId};
 use crate::layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
 use crate::program::{
@@ -380,6 +380,23 @@ fn decode_tokens(program: &GpuProgram, step: usize, op: usize, req: ReqId) -> Op
     }
 }
 
+/// Decode outputs (bit for bit) and MoE routings of two runs that differ, counting a missing
+/// or extra one as a difference.
+fn repeat_differences(a: &ExecReport, b: &ExecReport) -> usize {
+    let bits = |r: &ExecReport| -> Vec<(usize, usize, Vec<u32>)> {
+        r.decode_outputs
+            .iter()
+            .map(|d| (d.step, d.op, d.out.iter().map(|x| x.to_bits()).collect()))
+            .collect()
+    };
+    let (da, db) = (bits(a), bits(b));
+    let outputs = da.iter().zip(&db).filter(|(x, y)| x != y).count() + da.len().abs_diff(db.len());
+    let routes =
+        |r: &ExecReport| -> Vec<Vec<u32>> { r.moe_routes.iter().map(|m| m.tokens_per_expert.clone()).collect() };
+    let (ra, rb) = (routes(a), routes(b));
+    outputs + ra.iter().zip(&rb).filter(|(x, y)| x != y).count() + ra.len().abs_diff(rb.len())
+}
+
 /// Runs both programs on the device (twice each, with fresh random queries) and compares.
 pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
     let mut o = SelfCheckOutcome::default();
@@ -411,6 +428,22 @@ pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
         ));
         for v in &report.violations {
             o.failures.push(format!("clean program reported a violation: {v}"));
+        }
+        if round == 0 {
+            // The kernels split work statically, so the same program gives the same bits
+            // (hidden-state MoE routing reads them: docs/gpu-bandwidth.md, session 6).
+            let again = exec.execute(&program, &opts)?;
+            let differing = repeat_differences(&report, &again);
+            o.lines.push(format!(
+                "  repeated: {} decode outputs and {} MoE routings, {differing} differing",
+                again.decode_outputs.len(),
+                again.moe_routes.len()
+            ));
+            if differing > 0 {
+                o.failures.push(format!(
+                    "the same program run twice gave {differing} different decode outputs or routings"
+                ));
+            }
         }
         for p in &report.points {
             o.lines.push(format!(
@@ -600,6 +633,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn repeat_differences_counts_changed_bits_and_routings() {
+        use crate::executor::{DecodeOutput, MoeRouting};
+        let output = |x: f32| DecodeOutput {
+            step: 1,
+            op: 0,
+            group: GroupId(0),
+            req: ReqId(0),
+            out: vec![1.0, x],
+            q_bits: Vec::new(),
+        };
+        let report = |x: f32, route: u32| ExecReport {
+            decode_outputs: vec![output(0.5), output(x)],
+            moe_routes: vec![MoeRouting {
+                step: 1,
+                op: 1,
+                tokens_per_expert: vec![route, 2],
+            }],
+            ..ExecReport::default()
+        };
+        assert_eq!(repeat_differences(&report(0.25, 3), &report(0.25, 3)), 0);
+        // One ulp is a difference; so is a different routing, and a missing output.
+        assert_eq!(
+            repeat_differences(&report(0.25, 3), &report(f32::from_bits(0.25f32.to_bits() + 1), 3)),
+            1
+        );
+        assert_eq!(repeat_differences(&report(0.25, 3), &report(0.25, 4)), 1);
+        let mut short = report(0.25, 3);
+        short.decode_outputs.pop();
+        assert_eq!(repeat_differences(&report(0.25, 3), &short), 1);
+    }
+
+    #[test]
     fn programs_are_valid() {
         assert_eq!(layout().problems(), Vec::<String>::new());
         assert_eq!(clean_program(1).problems(), Vec::<String>::new());
@@ -609,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn clean_program_decodes_eighteen_outputs() {
+    fn clean_program_has_clean_outputs_decodes() {
         let p = clean_program(3);
         let outputs: usize = p
             .steps
