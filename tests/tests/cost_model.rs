@@ -50,6 +50,7 @@ fn decode_step(bytes: u64, seqs: u64, ctas: u64) -> StepDesc {
                 group: 0,
                 rows: seqs * 8,
                 elems: seqs * 8 * 512,
+                latent: false,
             },
             OpDesc::Decode {
                 launches: vec![AttnDesc {
@@ -182,7 +183,7 @@ fn calibration_recovers_known_parameters_from_synthetic_measurements() {
     let samples = vec![sample_of(&plan, true, &truth), sample_of(&plan, false, &truth)];
     let start = Params::h200();
     let before = mape(&rows(&samples, &start), None).unwrap();
-    let report = calibrate(&samples, &start, 1e-4, 80);
+    let report = calibrate(&samples, &start, 1e-4, 80, &[true; Params::NAMES.len()]);
     let after = rows(&samples, &report.params);
     let m = mape(&after, None).unwrap();
     assert!(before > 3.0, "the start is off: {before}");
@@ -418,6 +419,14 @@ fn bad_input_exits_2_and_writes_nothing() {
         ],
         vec!["calibrate".into(), s(&not_gpu), "--out".into(), s(&out)],
         vec!["calibrate".into(), s(&garbage), "--out".into(), s(&out)],
+        vec![
+            "calibrate".into(),
+            s(&not_gpu),
+            "--fit".into(),
+            "attn_mma_byte_ns,warp_speed_ns".into(),
+            "--out".into(),
+            s(&out),
+        ],
         vec!["calibrate".into(), s(&pred), "--out".into(), s(&out)],
         vec![
             "calibrate".into(),
@@ -478,9 +487,53 @@ fn mla_decodes_are_described_with_the_tensor_core_latent_kernel_one_cta_per_sm()
         .flatten()
         .collect();
     assert!(!latent.is_empty());
+    // Its prefill writes are latent rows, priced by their own element rate.
+    assert!(steps
+        .iter()
+        .flat_map(|s| &s.ops)
+        .any(|o| matches!(o, OpDesc::WriteKv { latent: true, .. })));
+    assert!(!steps
+        .iter()
+        .flat_map(|s| &s.ops)
+        .any(|o| matches!(o, OpDesc::WriteKv { latent: false, .. })));
     for a in latent {
         assert!(a.module.starts_with("attn_latent_mma_d576_h16_s"), "{}", a.module);
-        assert_eq!(a.family, Family::Mma);
+        assert_eq!(a.family, Family::LatentMma);
         assert_eq!(a.resident, u64::from(profile.sm_count));
     }
+}
+
+#[test]
+fn a_fit_of_named_parameters_moves_only_those() {
+    // Measurements made with the MLA kernel's rates off by a known factor: fitting only those
+    // two recovers them and leaves every other parameter exactly at the start.
+    let plan = run_sweep(&find_scenario("deepseek-mla").unwrap(), Some(Strategy::Chain))
+        .unwrap()
+        .plan;
+    let start = Params::h200();
+    let mut truth = start.clone();
+    truth.attn_latent_mma_byte_ns *= 1.6;
+    truth.attn_latent_mma_iter_ns *= 0.7;
+    truth.gpu_kernel_ns *= 1.3; // off too, but not free: the fit must not touch it
+    let samples = vec![sample_of(&plan, true, &truth)];
+    let free: Vec<bool> = Params::NAMES
+        .iter()
+        .map(|n| n.starts_with("attn_latent_mma_"))
+        .collect();
+    let report = calibrate(&samples, &start, 1e-4, 80, &free);
+    let fitted = report.params.to_vec();
+    for ((name, f), s) in Params::NAMES.iter().zip(&fitted).zip(start.to_vec()) {
+        if !name.starts_with("attn_latent_mma_") {
+            assert_eq!(*f, s, "{name} moved");
+        }
+    }
+    let byte = report.params.attn_latent_mma_byte_ns;
+    assert!(
+        (byte - truth.attn_latent_mma_byte_ns).abs() / truth.attn_latent_mma_byte_ns < 0.1,
+        "fitted {byte}, true {}",
+        truth.attn_latent_mma_byte_ns
+    );
+    let before = mape(&rows(&samples, &start), Some(RowKind::Op)).unwrap();
+    let after = mape(&rows(&samples, &report.params), Some(RowKind::Op)).unwrap();
+    assert!(after < before, "op MAPE {before}% -> {after}%");
 }

@@ -38,13 +38,34 @@ pub struct CalibrateArgs {
     /// this kvsim's model (needed for results made by an older description version).
     #[arg(long)]
     pub plan: Vec<PathBuf>,
+    /// Fit only these parameters (comma-separated names, `kvsim-profile/1` params); every other
+    /// parameter keeps the start profile's value exactly. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    pub fit: Vec<String>,
+}
+
+/// One flag per parameter: free to move (all when `names` is empty).
+fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
+    let all = crate::cost::Params::NAMES;
+    if let Some(bad) = names.iter().find(|n| !all.contains(&n.as_str())) {
+        return Err(CliError::Input(format!(
+            "--fit {bad}: not a profile parameter (one of: {})",
+            all.join(", ")
+        )));
+    }
+    Ok(all
+        .iter()
+        .map(|n| names.is_empty() || names.iter().any(|m| m == n))
+        .collect())
 }
 
 pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     if !(a.prior.is_finite() && a.prior >= 0.0) {
         return Err(CliError::Input(format!("--prior {} must be finite and >= 0", a.prior)));
     }
+    let free = free_params(&a.fit)?;
     let mut profile = load_profile(&a.start).map_err(CliError::Input)?;
+    let start_provenance = profile.provenance.take();
     let plans = super::load_plans(&a.plan)?;
     let mut samples: Vec<Sample> = Vec::new();
     let mut fitted_on = Vec::new();
@@ -70,11 +91,15 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         profile.sm_count = n;
     }
     profile.resident_ctas.extend(resident);
-    if let Some((op, token)) = fit_host_work(&samples) {
-        profile.params.host_work_op_ns = op;
-        profile.params.host_work_token_ns = token;
+    let names = crate::cost::Params::NAMES;
+    let is_free = |name: &str| names.iter().zip(&free).any(|(n, f)| *n == name && *f);
+    if is_free("host_work_op_ns") && is_free("host_work_token_ns") {
+        if let Some((op, token)) = fit_host_work(&samples) {
+            profile.params.host_work_op_ns = op;
+            profile.params.host_work_token_ns = token;
+        }
     }
-    let report = calibrate(&samples, &profile.params, a.prior, a.iterations);
+    let report = calibrate(&samples, &profile.params, a.prior, a.iterations, &free);
     profile.params = report.params.clone();
     profile.name = a.name.clone();
     profile.description = format!(
@@ -101,6 +126,8 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "mape_before_pct": report.before.iter().cloned().collect::<BTreeMap<_, _>>(),
         "mape_after_pct": report.after.iter().cloned().collect::<BTreeMap<_, _>>(),
         "per_file": per_file,
+        "fitted_params": names.iter().zip(&free).filter(|(_, f)| **f).map(|(n, _)| *n).collect::<Vec<_>>(),
+        "start_provenance": start_provenance,
     }));
     let mut text = serde_json::to_string_pretty(&profile).expect("profiles serialize");
     text.push('\n');
@@ -108,7 +135,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         .map_err(|e| CliError::Input(format!("cannot write {}: {e}", a.out.display())))?;
     say(format_args!(
         "fitted {} parameters to {} measurements of {} run(s) in {} iterations; profile {} {}",
-        crate::cost::Params::NAMES.len(),
+        free.iter().filter(|f| **f).count(),
         report.rows,
         samples.len(),
         report.iterations,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use kvsim_core::plan::{Plan, PlanOp};
-use kvsim_gpu::layout::{DeviceLayout, GroupLayout};
+use kvsim_gpu::layout::{DeviceLayout, GroupKind, GroupLayout};
 use kvsim_gpu::lower::{aligned_lo, choose_split, AttnKernel};
 use kvsim_gpu::program::{GpuOp, MoeOp};
 use kvsim_gpu::LoweredPlan;
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::routing::Routing;
 
 /// The description format version (bumped when a field's meaning changes).
-pub const DESC_VERSION: u32 = 2;
+pub const DESC_VERSION: u32 = 4;
 
 /// Cache that expert weights of one MoE op can stay in for the next (the H200's L2 is 60 MiB;
 /// K/V streams through it between MoE ops).
@@ -35,6 +35,7 @@ pub enum Family {
     Mma,
     Generic,
     Latent,
+    LatentMma,
 }
 
 /// One decode kernel launch (one attention group of a decode op).
@@ -72,11 +73,14 @@ impl AttnDesc {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OpDesc {
-    /// One `write_kv` launch: `rows` CTAs (tokens x layers), `elems` K/V elements written.
+    /// One `write_kv` launch: `rows` CTAs (tokens x layers), `elems` K/V elements written;
+    /// `latent` for an MLA group (whole latent rows, no transposed V plane).
     WriteKv {
         group: u32,
         rows: u64,
         elems: u64,
+        #[serde(default)]
+        latent: bool,
     },
     /// A `Prefill` written by an earlier `write_kv` of its run.
     Merged,
@@ -179,8 +183,9 @@ fn family(k: AttnKernel) -> Family {
         AttnKernel::Mma { .. } => Family::Mma,
         AttnKernel::Generic { .. } => Family::Generic,
         AttnKernel::Latent { .. } => Family::Latent,
-        // The tensor-core latent kernel streams its bytes like the tensor-core K/V kernel.
-        AttnKernel::LatentMma { .. } => Family::Mma,
+        // Its own rates: on the H200 the MLA decode streams at 4.1-4.5 TB/s where the K/V
+        // kernel reaches 3.7 (docs/timing.md, MLA).
+        AttnKernel::LatentMma { .. } => Family::LatentMma,
     }
 }
 
@@ -294,6 +299,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                         group: gid.0,
                         rows: ntok * u64::from(g.layers),
                         elems: kept * per_token * u64::from(g.layers),
+                        latent: g.kind == GroupKind::Mla,
                     });
                 }
                 while ops.len() < oi + run {

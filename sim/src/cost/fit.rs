@@ -262,15 +262,17 @@ pub struct FitReport {
 
 /// Fits parameters to the samples' measurements, starting from `start`: first to the per-op
 /// times alone (when there are any: each kernel's own cost, with little host interplay), then
-/// to everything.
-pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations: usize) -> FitReport {
+/// to everything. Only the parameters `free` marks move (one flag per [`Params::NAMES`]); the
+/// others keep their starting values exactly.
+pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations: usize, free: &[bool]) -> FitReport {
+    assert_eq!(free.len(), Params::NAMES.len(), "one flag per parameter");
     let has_ops = rows(samples, start).iter().any(|r| r.kind == RowKind::Op);
     let first = if has_ops {
-        calibrate_rows(samples, start, start, prior, max_iterations, Some(RowKind::Op)).params
+        calibrate_rows(samples, start, start, prior, max_iterations, Some(RowKind::Op), free).params
     } else {
         start.clone()
     };
-    let mut report = calibrate_rows(samples, &first, start, prior, max_iterations, None);
+    let mut report = calibrate_rows(samples, &first, start, prior, max_iterations, None, free);
     report.before = summary(&rows(samples, start));
     report
 }
@@ -291,7 +293,7 @@ fn summary(rs: &[Row]) -> Vec<(String, f64)> {
 }
 
 /// One fitting run from `from`, with the prior around `start`, on the rows of `only` (all
-/// when `None`).
+/// when `None`), moving the parameters `free` marks.
 fn calibrate_rows(
     samples: &[Sample],
     from: &Params,
@@ -299,6 +301,7 @@ fn calibrate_rows(
     prior: f64,
     max_iterations: usize,
     only: Option<RowKind>,
+    free: &[bool],
 ) -> FitReport {
     let rows = |s: &[Sample], p: &Params| -> Vec<Row> {
         let mut r = rows(s, p);
@@ -320,8 +323,18 @@ fn calibrate_rows(
         let mut c = vec![0.0; n];
         for (r, w) in cur_rows.iter().zip(weights(&cur_rows)) {
             let sw = w.sqrt();
-            let a: Vec<f64> = r.lin.coef.iter().map(|v| sw * v / r.measured_ns).collect();
-            let b = sw * (1.0 - r.lin.konst / r.measured_ns);
+            // Fixed parameters' time is known: it joins the constant side.
+            let fixed: f64 = (0..n).filter(|&j| !free[j]).map(|j| r.lin.coef[j] * cur[j]).sum();
+            let a: Vec<f64> = (0..n)
+                .map(|j| {
+                    if free[j] {
+                        sw * r.lin.coef[j] / r.measured_ns
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let b = sw * (1.0 - (r.lin.konst + fixed) / r.measured_ns);
             for i in 0..n {
                 if a[i] == 0.0 {
                     continue;
@@ -333,7 +346,7 @@ fn calibrate_rows(
             }
         }
         for j in 0..n {
-            if p0[j] > 0.0 {
+            if free[j] && p0[j] > 0.0 {
                 let a = prior / p0[j];
                 g[j][j] += a * a;
                 c[j] += a * prior;
@@ -350,7 +363,10 @@ fn calibrate_rows(
                 gd[j][j] += d;
                 cd[j] += d * cur[j];
             }
-            let trial = nnls_normal(&gd, &cd);
+            let mut trial = nnls_normal(&gd, &cd);
+            for j in (0..n).filter(|&j| !free[j]) {
+                trial[j] = cur[j];
+            }
             let trial_rows = rows(samples, &Params::from_vec(&trial));
             let l = loss(&trial_rows, &trial, &p0, prior);
             if l < cur_loss * (1.0 - 1e-9) {

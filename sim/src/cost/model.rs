@@ -53,7 +53,10 @@ mod ix {
     pub const LATENT_ITER: usize = 29;
     pub const ATTN_WAVE: usize = 30;
     pub const ATTN_SPLIT: usize = 31;
-    pub const COUNT: usize = 32;
+    pub const LATENT_MMA_BYTE: usize = 32;
+    pub const LATENT_MMA_ITER: usize = 33;
+    pub const WRITE_LATENT_ELEM: usize = 34;
+    pub const COUNT: usize = 35;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -195,9 +198,12 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
         l
     };
     match op {
-        OpDesc::WriteKv { rows, elems, .. } => {
+        OpDesc::WriteKv {
+            rows, elems, latent, ..
+        } => {
             let mut l = Lin::term(p, ix::WRITE_ROW, *rows as f64);
-            l.add_term(p, ix::WRITE_ELEM, *elems as f64);
+            let elem = if *latent { ix::WRITE_LATENT_ELEM } else { ix::WRITE_ELEM };
+            l.add_term(p, elem, *elems as f64);
             vec![kernel(l)]
         }
         OpDesc::Decode { launches } => launches
@@ -207,6 +213,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                     Family::Mma => (ix::MMA_BYTE, ix::MMA_ITER),
                     Family::Generic => (ix::GENERIC_BYTE, ix::GENERIC_ITER),
                     Family::Latent => (ix::LATENT_BYTE, ix::LATENT_ITER),
+                    Family::LatentMma => (ix::LATENT_MMA_BYTE, ix::LATENT_MMA_ITER),
                 };
                 // Wave by wave: a wave of resident CTAs takes the larger of moving its bytes
                 // and one CTA's walk over its split (a start-up plus its 128-position
@@ -411,7 +418,11 @@ mod tests {
             (ix::MOE_SERIAL_EXPERT, "moe_serial_expert_ns"),
             (ix::MMA_BYTE, "attn_mma_byte_ns"),
             (ix::LATENT_ITER, "attn_latent_iter_ns"),
+            (ix::LATENT_MMA_BYTE, "attn_latent_mma_byte_ns"),
+            (ix::LATENT_MMA_ITER, "attn_latent_mma_iter_ns"),
             (ix::ATTN_WAVE, "attn_wave_ns"),
+            (ix::ATTN_SPLIT, "attn_split_ns"),
+            (ix::WRITE_LATENT_ELEM, "write_latent_elem_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -462,6 +473,7 @@ mod tests {
                 group: 0,
                 rows: 64,
                 elems: 64 * 4096,
+                latent: false,
             },
             decode(600_000_000),
             OpDesc::EndTimed { point: 3 },

@@ -115,6 +115,14 @@ params! {
     attn_wave_ns = 2000.0,
     /// Decode: per split of a request the last CTA of its split group combines.
     attn_split_ns = 700.0,
+    /// Decode, tensor-core MLA latent kernel: per latent byte read (a read-only stream, one CTA
+    /// per SM with bulk copies: faster per byte than the K/V kernel on the H200).
+    attn_latent_mma_byte_ns = 0.00023,
+    /// Decode, tensor-core MLA latent kernel: per wave x 128-position iterations of one CTA.
+    attn_latent_mma_iter_ns = 1500.0,
+    /// `write_kv` of an MLA group: per latent element written (rows written whole, no
+    /// transposed plane: cheaper per element than K/V).
+    write_latent_elem_ns = 0.002,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -195,7 +203,20 @@ impl Profile {
     /// (canonical JSON, xxh3-64). Parameters enter with 12 significant digits, so the hash
     /// survives a round trip through a JSON parser that is off by an ulp.
     pub fn hash(&self) -> String {
-        let params: Vec<String> = self.params.to_vec().iter().map(|v| format!("{v:.11e}")).collect();
+        // An added parameter equal to the one it defaulted from predicts as the file without it
+        // did, and is left out: profiles written before it keep their hashes.
+        let values = self.params.to_vec();
+        let value_of = |name: &str| Params::NAMES.iter().position(|n| *n == name).map(|i| values[i]);
+        let params: Vec<String> = Params::NAMES
+            .iter()
+            .zip(&values)
+            .filter(|(name, v)| {
+                !ADDED_PARAMS
+                    .iter()
+                    .any(|(added, meant)| added == *name && value_of(meant) == Some(**v))
+            })
+            .map(|(_, v)| format!("{v:.11e}"))
+            .collect();
         let key = serde_json::json!({
             "name": self.name,
             "sm_count": self.sm_count,
@@ -218,15 +239,41 @@ impl Profile {
     }
 }
 
+/// Parameters added to `kvsim-profile/1` after files of it were written, each with the
+/// parameter whose value such a file meant for it: before MLA had its own rates, its decodes were
+/// priced as the tensor-core K/V kernel and its latent writes as K/V writes. A file without them
+/// predicts as it did.
+const ADDED_PARAMS: &[(&str, &str)] = &[
+    ("attn_latent_mma_byte_ns", "attn_mma_byte_ns"),
+    ("attn_latent_mma_iter_ns", "attn_mma_iter_ns"),
+    ("write_latent_elem_ns", "write_elem_ns"),
+];
+
+/// Fills in [`ADDED_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
+/// not an object is left for the strict parse to reject).
+fn fill_added_params(v: &mut serde_json::Value) {
+    let Some(params) = v.get_mut("params").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    for (added, meant) in ADDED_PARAMS {
+        if !params.contains_key(*added) {
+            if let Some(value) = params.get(*meant).cloned() {
+                params.insert((*added).to_string(), value);
+            }
+        }
+    }
+}
+
 /// Loads a profile: a built-in name (`h200`) or a `kvsim-profile/1` file, strictly.
 pub fn load_profile(arg: &str) -> Result<Profile, String> {
     if arg == "h200" {
         return Ok(Profile::h200());
     }
     let text = std::fs::read_to_string(arg).map_err(|e| format!("cannot read profile {arg}: {e}"))?;
-    let de = &mut serde_json::Deserializer::from_str(&text);
+    let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{arg}: {e}"))?;
+    fill_added_params(&mut value);
     let p: Profile =
-        serde_path_to_error::deserialize(de).map_err(|e| format!("{arg}: at $.{}: {}", e.path(), e.inner()))?;
+        serde_path_to_error::deserialize(value).map_err(|e| format!("{arg}: at $.{}: {}", e.path(), e.inner()))?;
     let problems = p.problems();
     if !problems.is_empty() {
         return Err(format!("{arg}: {}", problems.join("; ")));
@@ -263,6 +310,46 @@ mod tests {
         assert_eq!(a.hash(), b.hash());
         b.params.host_launch_ns += 1.0;
         assert_ne!(a.hash(), b.hash());
+    }
+
+    #[test]
+    fn a_profile_without_the_mla_rates_prices_mla_as_before() {
+        let mut old = serde_json::to_value(Profile::h200()).unwrap();
+        let params = old["params"].as_object_mut().unwrap();
+        params.remove("attn_latent_mma_byte_ns");
+        params.remove("attn_latent_mma_iter_ns");
+        params.remove("write_latent_elem_ns");
+        params.insert("attn_mma_byte_ns".into(), serde_json::json!(0.0003));
+        let path = std::env::temp_dir().join(format!("kvsim-old-profile-{}.json", std::process::id()));
+        std::fs::write(&path, serde_json::to_string(&old).unwrap()).unwrap();
+        let p = load_profile(path.to_str().unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(p.params.attn_latent_mma_byte_ns, 0.0003);
+        assert_eq!(p.params.attn_latent_mma_iter_ns, p.params.attn_mma_iter_ns);
+        assert_eq!(p.params.write_latent_elem_ns, p.params.write_elem_ns);
+        // It hashes as it did before the parameters existed (32 values, in their order).
+        let old_values: Vec<String> = Params::NAMES
+            .iter()
+            .zip(p.params.to_vec())
+            .filter(|(n, _)| !ADDED_PARAMS.iter().any(|(added, _)| added == *n))
+            .map(|(_, v)| format!("{v:.11e}"))
+            .collect();
+        let key = serde_json::json!({"name": p.name, "sm_count": p.sm_count,
+            "resident_ctas": p.resident_ctas, "params": old_values});
+        let old_hash = format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(serde_json::to_string(&key).unwrap().as_bytes())
+        );
+        assert_eq!(p.hash(), old_hash);
+        let mut moved = p.clone();
+        moved.params.attn_latent_mma_iter_ns += 1.0;
+        assert_ne!(moved.hash(), p.hash());
+        // A file that has them keeps its own values.
+        let mut new = Profile::h200();
+        new.params.attn_latent_mma_byte_ns = 0.0001;
+        let mut v = serde_json::to_value(&new).unwrap();
+        fill_added_params(&mut v);
+        assert_eq!(v["params"]["attn_latent_mma_byte_ns"], serde_json::json!(0.0001));
     }
 
     #[test]
