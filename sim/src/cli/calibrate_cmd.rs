@@ -127,8 +127,10 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "mape_after_pct": report.after.iter().cloned().collect::<BTreeMap<_, _>>(),
         "per_file": per_file,
         "fitted_params": names.iter().zip(&free).filter(|(_, f)| **f).map(|(n, _)| *n).collect::<Vec<_>>(),
-        "start_provenance": start_provenance,
     }));
+    if let (Some(p), Some(earlier)) = (profile.provenance.as_mut(), start_provenance) {
+        p["start_provenance"] = earlier;
+    }
     let mut text = serde_json::to_string_pretty(&profile).expect("profiles serialize");
     text.push('\n');
     write_atomic(&a.out, text.as_bytes())
