@@ -13,7 +13,9 @@ use kvsim_sim::cost::compare::{compare_pair, mape_points, worst};
 use kvsim_sim::cost::desc::{AttnDesc, Family, OpDesc, StepDesc, DESC_VERSION};
 use kvsim_sim::cost::fit::{calibrate, mape, nnls_normal, rows, Measured, RowKind, Sample};
 use kvsim_sim::cost::results::{read_gpu_results, read_prediction};
-use kvsim_sim::cost::{describe_plan, predict, run_json, simulate, HostWork, Params, Profile, RunOptions, RunShape};
+use kvsim_sim::cost::{
+    describe_plan, load_profile, predict, run_json, simulate, HostWork, Params, Profile, RunOptions, RunShape,
+};
 use kvsim_sim::exec::plan_hash;
 use kvsim_sim::sweep::run_sweep;
 use serde_json::{json, Value};
@@ -540,4 +542,15 @@ fn a_fit_of_named_parameters_moves_only_those() {
     let before = mape(&rows(&samples, &start), Some(RowKind::Op)).unwrap();
     let after = mape(&rows(&samples, &report.params), Some(RowKind::Op)).unwrap();
     assert!(after < before, "op MAPE {before}% -> {after}%");
+}
+
+#[test]
+fn a_profile_written_before_the_mla_rates_keeps_its_hash_and_meaning() {
+    // Session 2's calibrated profile, as committed then (32 parameters, hash d5778622ea5b0e4c).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/profiles/h200-calibrated-s2.json");
+    let p = load_profile(path.to_str().unwrap()).unwrap();
+    assert_eq!(p.hash(), "d5778622ea5b0e4c");
+    assert_eq!(p.params.attn_latent_mma_byte_ns, p.params.attn_mma_byte_ns);
+    assert_eq!(p.params.attn_latent_mma_iter_ns, p.params.attn_mma_iter_ns);
+    assert_eq!(p.params.write_latent_elem_ns, p.params.write_elem_ns);
 }

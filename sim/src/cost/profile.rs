@@ -327,20 +327,8 @@ mod tests {
         assert_eq!(p.params.attn_latent_mma_byte_ns, 0.0003);
         assert_eq!(p.params.attn_latent_mma_iter_ns, p.params.attn_mma_iter_ns);
         assert_eq!(p.params.write_latent_elem_ns, p.params.write_elem_ns);
-        // It hashes as it did before the parameters existed (32 values, in their order).
-        let old_values: Vec<String> = Params::NAMES
-            .iter()
-            .zip(p.params.to_vec())
-            .filter(|(n, _)| !ADDED_PARAMS.iter().any(|(added, _)| added == *n))
-            .map(|(_, v)| format!("{v:.11e}"))
-            .collect();
-        let key = serde_json::json!({"name": p.name, "sm_count": p.sm_count,
-            "resident_ctas": p.resident_ctas, "params": old_values});
-        let old_hash = format!(
-            "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(serde_json::to_string(&key).unwrap().as_bytes())
-        );
-        assert_eq!(p.hash(), old_hash);
+        // Moving an added parameter off its old meaning changes the hash (the golden hash of a
+        // real session-2 file is checked in tests/tests/cost_model.rs).
         let mut moved = p.clone();
         moved.params.attn_latent_mma_iter_ns += 1.0;
         assert_ne!(moved.hash(), p.hash());
