@@ -439,13 +439,11 @@ pub fn timeline_summary(words: &[u64]) -> String {
     };
     let starts: Vec<f64> = ctas.iter().map(|c| us(c[0] - t0)).collect();
     let ends: Vec<f64> = ctas.iter().map(|c| us(c[7] - t0)).collect();
-    // Cycles per us of each CTA (its clock64 span over its globaltimer span).
-    let rate = |c: &[u64]| (c[6] - c[2]) as f64 / us(c[7] - c[0]).max(1e-3);
     let phase = |a: usize, b: usize, only_last: bool| -> Vec<f64> {
         ctas.iter()
             .filter(|c| !only_last || c[1] >> 32 != 0)
             .filter(|c| c[b] >= c[a] && c[a] != 0)
-            .map(|c| (c[b] - c[a]) as f64 / rate(c))
+            .map(|c| (c[b] - c[a]) as f64 / cycles_per_us(c))
             .collect()
     };
     let mut s = format!(
@@ -467,7 +465,7 @@ pub fn timeline_summary(words: &[u64]) -> String {
     s += &format!(
         "      clock    {} cycles/us
 ",
-        pct(ctas.iter().map(|c| rate(c)).collect())
+        pct(ctas.iter().map(|c| cycles_per_us(c)).collect())
     );
     for (name, a, b, last) in [
         ("first tile", 2, 3, false),
@@ -488,6 +486,11 @@ pub fn timeline_summary(words: &[u64]) -> String {
     s.trim_end().to_string()
 }
 
+/// Cycles per us of one CTA's stamps: its clock64 span over its globaltimer span.
+fn cycles_per_us(c: &[u64]) -> f64 {
+    (c[6] - c[2]) as f64 / ((c[7] - c[0]) as f64 / 1e3).max(1e-3)
+}
+
 /// The loop time of every CTA of LAT_DIAG_TIMELINE stamps by SM, as `sm:cta:us` entries in SM
 /// order, so that runs can be compared SM by SM (is a slow SM slow in every launch?).
 pub fn timeline_per_sm(words: &[u64]) -> String {
@@ -495,10 +498,7 @@ pub fn timeline_per_sm(words: &[u64]) -> String {
         .chunks_exact(8)
         .enumerate()
         .filter(|(_, c)| c[0] != 0 && c[7] > c[0] && c[4] >= c[3] && c[3] != 0)
-        .map(|(i, c)| {
-            let cycles_per_us = (c[6] - c[2]) as f64 / ((c[7] - c[0]) as f64 / 1e3);
-            (c[1] & 0xffff_ffff, i, (c[4] - c[3]) as f64 / cycles_per_us)
-        })
+        .map(|(i, c)| (c[1] & 0xffff_ffff, i, (c[4] - c[3]) as f64 / cycles_per_us(c)))
         .collect();
     by_sm.sort_by_key(|&(sm, cta, _)| (sm, cta));
     let entries: Vec<String> = by_sm
