@@ -4,6 +4,7 @@ pub mod check;
 pub mod cli;
 pub mod conformance;
 pub mod cost;
+pub mod dynamo;
 pub mod exec;
 pub mod exhaustive;
 pub mod fuzz;

@@ -168,7 +168,7 @@ fn engine_with_chain(filler_tokens: u64) -> Engine {
             }],
         },
     );
-    apply(&mut e, PlanOp::ProcessOutputs);
+    apply(&mut e, PlanOp::ProcessOutputs { lag: 0 });
     e.begin_step();
     e
 }

@@ -19,7 +19,7 @@ pub struct OpOutcome {
 }
 
 impl OpOutcome {
-    fn ok(result: impl Into<String>) -> Self {
+    pub(super) fn ok(result: impl Into<String>) -> Self {
         OpOutcome {
             violations: Vec::new(),
             result: result.into(),
@@ -82,7 +82,7 @@ impl Engine {
                 expect,
             )?,
             PlanOp::Forward { batch } => self.forward(batch)?,
-            PlanOp::ProcessOutputs => self.process_outputs(),
+            PlanOp::ProcessOutputs { lag } => self.process_outputs(*lag),
             PlanOp::FakeCompute { req, tokens } => self.fake_compute(req, *tokens)?,
             PlanOp::CacheBlocks { req, num_tokens } => {
                 let r = self.req(req)?;
@@ -250,6 +250,8 @@ impl Engine {
             }
             PlanOp::HostWork { label } => OpOutcome::ok(label.clone()),
             PlanOp::EndSweep => self.end_sweep(),
+            PlanOp::Observe(obs) => self.observe(obs)?,
+            PlanOp::PlannerFailed { kind, error } => self.planner_failed(*kind, error),
         };
         pre.append(&mut out.violations);
         out.violations = pre;
@@ -605,11 +607,11 @@ impl Engine {
         Ok(OpOutcome::ok(format!("synthetic KV for {n} tokens")))
     }
 
-    fn process_outputs(&mut self) -> OpOutcome {
+    fn process_outputs(&mut self, lag: u64) -> OpOutcome {
         let now = self.step_seq;
         let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs)
             .into_iter()
-            .partition(|p| p.land_seq <= now);
+            .partition(|p| p.land_seq <= now && p.step_seq + lag <= now);
         self.pending_outputs = waiting;
         for p in landing {
             if let Some(r) = self.requests.get_mut(&p.req) {
@@ -761,6 +763,15 @@ impl Engine {
                         self.event("copy-on-write");
                         self.content[src as usize]
                     }
+                    (k, TailMode::Cow, _) if k >= 1 && k <= grp.cow_more.len() => {
+                        // Dynamo 1.6.1 forks every tail block from the chain's
+                        // block at the same index (the `cow_more` sources).
+                        let src = grp.cow_more[k - 1];
+                        self.kv.pool.retain(src);
+                        self.cow_retained.push(src);
+                        self.cow_steps.push(self.step_seq);
+                        self.content[src as usize]
+                    }
                     _ => Some(ZERO_TAG),
                 };
             }
@@ -842,7 +853,8 @@ impl Engine {
         r.req.status = RequestStatus::Running;
         r.shadow_of = Some((chain.to_string(), ctx));
         r.random_state_at = random_state.then_some(ctx);
-        self.kv.adopt_tables(r.req.id, &tables);
+        let num_cached: Vec<Option<u64>> = groups.iter().map(|g| g.num_cached).collect();
+        self.kv.adopt_tables(r.req.id, &tables, &num_cached);
         self.requests.insert(shadow.to_string(), r);
         self.slots_check(&mut out);
         out.result = format!("shadow tables {tables:?}");

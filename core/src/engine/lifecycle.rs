@@ -64,7 +64,7 @@ mod tests {
         assert_eq!(e.finish_requests(&["ghost", "a", "a"], true), ["a"]);
         assert_eq!(e.kv.pool.num_free_blocks(), free_before, "fenced: held until processed");
         assert_eq!(e.retained().len(), 2);
-        e.apply(&PlanOp::ProcessOutputs).unwrap();
+        e.apply(&PlanOp::ProcessOutputs { lag: 0 }).unwrap();
         assert_eq!(e.kv.pool.num_free_blocks(), free_before + 2);
         assert!(e.finish_requests(&["a"], false).is_empty(), "a finished id is ignored");
     }

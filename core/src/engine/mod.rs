@@ -11,6 +11,7 @@ mod apply;
 pub mod content;
 mod faults;
 mod lifecycle;
+mod recorded;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -258,12 +258,18 @@ impl KvCacheManager {
     }
 
     /// Install a table the planner built by hand (a shadow): every listed block is
-    /// referenced (touched or freshly drawn by the caller) and nothing will be
-    /// allocated from hits later (`num_cached_block` = table length).
-    pub fn adopt_tables(&mut self, req: ReqId, tables: &[Vec<u32>]) {
-        for (m, t) in self.groups.iter_mut().zip(tables) {
+    /// referenced (touched or freshly drawn by the caller). `num_cached[g]` is the
+    /// group's `num_cached_block` (blocks already registered in the prefix cache);
+    /// `None` = the whole table, so nothing of it is ever cached again.
+    pub fn adopt_tables(&mut self, req: ReqId, tables: &[Vec<u32>], num_cached: &[Option<u64>]) {
+        for (g, (m, t)) in self.groups.iter_mut().zip(tables).enumerate() {
             m.tables.insert(req, t.clone());
-            m.num_cached.insert(req, t.len());
+            let cached = num_cached
+                .get(g)
+                .copied()
+                .flatten()
+                .map_or(t.len(), |n| (n as usize).min(t.len()));
+            m.num_cached.insert(req, cached);
         }
     }
 

@@ -4,11 +4,13 @@
 //! step-indexed list of scheduler steps. Every op carries what an executor needs;
 //! nothing is left for it to guess. A recorded plan replays without its planner.
 
+mod recorded;
 mod scenario;
 mod steps;
 mod tokens;
 mod validate;
 
+pub use recorded::{FailureKind, Observation, PlanSource, RecordedPoint};
 pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
 pub use steps::{forward_tokens, BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
 pub use tokens::Tokens;

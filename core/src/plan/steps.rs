@@ -20,6 +20,9 @@ pub struct Plan {
     /// prompt evidence); the artifact is rebuilt from it on replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub benchmark: Option<serde_json::Value>,
+    /// Where a recorded plan came from (the real Dynamo planner; spec/plan.md §7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<super::recorded::PlanSource>,
 }
 
 /// One scheduler step of one rank. Steps run in `step` order; within a step,
@@ -81,6 +84,16 @@ pub struct ShadowGroup {
     /// The chain block copied into `tail[0]` (copy-on-write), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cow_from: Option<u32>,
+    /// The chain blocks copied into `tail[1..]`, in order (Dynamo 1.6.1 copies
+    /// every tail block from the chain block at the same index).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cow_more: Vec<u32>,
+    /// The shadow's `num_cached_block` in this group: its blocks already in the
+    /// prefix cache. Absent: the whole table (kvsim's port, after the seed PR);
+    /// Dynamo 1.6.1 records the shared prefix only, so the shadow's own full tail
+    /// blocks get cached under its salt (spec/dynamo.md §4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_cached: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -109,8 +122,13 @@ pub enum PlanOp {
     /// The forward pass: reads every needed KV position, writes the new ones.
     Forward { batch: Vec<BatchEntry> },
     /// Outputs of earlier forwards are processed: placeholders land, fenced frees
-    /// of processed steps are released.
-    ProcessOutputs,
+    /// of processed steps are released. With `lag` = n, only forwards at least n
+    /// steps old (the batch queue of async scheduling processes step k after
+    /// scheduling step k + 1).
+    ProcessOutputs {
+        #[serde(default, skip_serializing_if = "is_zero64")]
+        lag: u64,
+    },
     /// Synthetic ("fake") KV: mark the first `tokens` positions computed without a
     /// forward pass; their blocks hold synthetic content (dynamo_fpm.md §1.10).
     FakeCompute { req: String, tokens: u64 },
@@ -172,6 +190,14 @@ pub enum PlanOp {
     HostWork { label: String },
     /// The sweep is over: every block must be back at ref 0, the cache empty.
     EndSweep,
+    /// What the recorded planner's KV-cache manager held at the end of a step
+    /// (spec/plan.md §7): the executor must hold exactly the same.
+    Observe(Box<super::recorded::Observation>),
+    /// The recorded planner failed here: it raised, or its sweep never ended.
+    PlannerFailed {
+        kind: super::recorded::FailureKind,
+        error: String,
+    },
 }
 
 fn yes() -> bool {
@@ -225,11 +251,16 @@ impl Plan {
             faults: Vec::new(),
             steps: Vec::new(),
             benchmark: None,
+            source: None,
         }
     }
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero64(n: &u64) -> bool {
     *n == 0
 }
 

@@ -221,6 +221,17 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                             grp.cow_from.as_slice(),
                             pool,
                         )?;
+                        check_blocks(&format!("{op_path}.groups[{g}].cow_more"), &grp.cow_more, pool)?;
+                        if grp.cow_more.len() >= grp.tail.len().max(1) {
+                            return Err(bad(
+                                format!("{op_path}.groups[{g}].cow_more"),
+                                format!(
+                                    "{} extra copy sources for a {}-block tail",
+                                    grp.cow_more.len(),
+                                    grp.tail.len()
+                                ),
+                            ));
+                        }
                     }
                     if live.get(&(st.rank, shadow.clone())) == Some(&false) {
                         return Err(bad(
@@ -229,6 +240,19 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                         ));
                     }
                     live.insert((st.rank, shadow.clone()), false);
+                }
+                PlanOp::Observe(obs) => {
+                    for (req, t) in &obs.tables {
+                        if t.len() as u32 != groups {
+                            return Err(bad(
+                                format!("{op_path}.tables.{req}"),
+                                format!("{} tables for {groups} groups", t.len()),
+                            ));
+                        }
+                        for (g, table) in t.iter().enumerate() {
+                            check_blocks(&format!("{op_path}.tables.{req}[{g}]"), table, pool)?;
+                        }
+                    }
                 }
                 PlanOp::ZeroBlocks { group, blocks } => {
                     if *group >= groups {

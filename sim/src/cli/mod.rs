@@ -6,12 +6,14 @@ mod calibrate_cmd;
 mod check_cmd;
 mod compare_cmd;
 mod conformance_cmd;
+mod dynamo_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
 mod mutants_cmd;
 mod predict_cmd;
 mod replay_cmd;
 mod replay_gpu;
+mod scenario_arg;
 mod schema_cmd;
 mod sweep_cmd;
 mod trace_cmd;
@@ -61,6 +63,9 @@ pub enum Command {
     Calibrate(calibrate_cmd::CalibrateArgs),
     /// Compare predictions with GPU results: MAPE, worst points, first divergence, SVG plot.
     Compare(compare_cmd::CompareArgs),
+    /// Dynamo's shipped planner (ai-dynamo 1.6.1 over vLLM 0.31.0) as a plan source.
+    #[command(subcommand)]
+    Dynamo(dynamo_cmd::DynamoCommand),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -126,5 +131,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Predict(a) => predict_cmd::run(a),
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Dynamo(c) => dynamo_cmd::run(c),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Args;
 use kvsim_core::fpm::gate::{gate, Strategy};
-use kvsim_core::fpm::scenarios::{builtin_scenarios, find_scenario, validate_scenario};
+use kvsim_core::fpm::scenarios::{builtin_scenarios, validate_scenario};
 
 use super::{say, CliError};
 use crate::exec::Outcome;
@@ -49,19 +49,7 @@ fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
 
 pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     let started = Instant::now();
-    let s = match (&a.scenario, &a.scenario_file) {
-        (Some(name), _) => find_scenario(name).ok_or_else(|| {
-            let names: Vec<String> = builtin_scenarios().into_iter().map(|s| s.name).collect();
-            CliError::Input(format!("unknown scenario {name:?}; built-in: {}", names.join(", ")))
-        })?,
-        (None, Some(path)) => {
-            let text = super::read_file(path)?;
-            let de = &mut serde_json::Deserializer::from_str(&text);
-            serde_path_to_error::deserialize(de)
-                .map_err(|e| CliError::Input(format!("{}: at $.{}: {}", path.display(), e.path(), e.inner())))?
-        }
-        (None, None) => return Err(CliError::Input("give --scenario NAME or --scenario-file FILE".into())),
-    };
+    let s = super::scenario_arg::load_scenario(a.scenario.as_deref(), a.scenario_file.as_ref())?;
     let mut s = s;
     if a.random_kda {
         let state = s.scenario.model.groups.iter().any(|g| g.kind == GroupKindName::Mamba);

@@ -106,7 +106,7 @@ impl Planner<'_> {
             if !owed {
                 return;
             }
-            self.step_live(|_, live| live.op(PlanOp::ProcessOutputs));
+            self.step_live(|_, live| live.op(PlanOp::ProcessOutputs { lag: 0 }));
         }
     }
 
@@ -259,6 +259,8 @@ fn registration_op(
                 shared,
                 tail: fresh.by_ref().take(n).collect(),
                 cow_from,
+                cow_more: Vec::new(),
+                num_cached: None,
             });
         }
         return PlanOp::RegisterShadow {
@@ -284,6 +286,8 @@ fn registration_op(
             shared,
             tail: fresh.by_ref().take(n).collect(),
             cow_from,
+            cow_more: Vec::new(),
+            num_cached: None,
         })
         .collect();
     let tail = if groups.iter().any(|g| g.cow_from.is_some()) {
@@ -659,7 +663,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
                             fenced: true,
                         });
                     }
-                    live.op(PlanOp::ProcessOutputs);
+                    live.op(PlanOp::ProcessOutputs { lag: 0 });
                     local[rank as usize] = Local::Shed;
                     return;
                 }
@@ -722,7 +726,7 @@ fn build_stage(p: &mut Planner<'_>, generation: u64, batch: usize, depth: u64, f
             if !fwd.is_empty() {
                 live.op(PlanOp::Forward { batch: fwd });
             }
-            live.op(PlanOp::ProcessOutputs);
+            live.op(PlanOp::ProcessOutputs { lag: 0 });
         });
         computed_tokens += step_tokens;
         added = true;
@@ -764,7 +768,7 @@ fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
             }
         }
         if drain {
-            live.op(PlanOp::ProcessOutputs);
+            live.op(PlanOp::ProcessOutputs { lag: 0 });
         }
     });
 }
@@ -910,7 +914,7 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
                 fenced: true,
             })
             .collect();
-        ops.push(PlanOp::ProcessOutputs);
+        ops.push(PlanOp::ProcessOutputs { lag: 0 });
         ops
     };
     if local_ok.contains(&false) && !local_verdict {
@@ -934,7 +938,7 @@ fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Re
         timed.push(p.step(|rank| {
             if !local_ok[rank as usize] {
                 // (bug 15) the failed rank idles; its fallback comes later.
-                return vec![PlanOp::ProcessOutputs];
+                return vec![PlanOp::ProcessOutputs { lag: 0 }];
             }
             let mut ops = decode_step(injected.len(), rank, id, k == 0, false, &req);
             if k == 0 && late_release {

@@ -110,7 +110,7 @@ impl Planner<'_> {
     /// A step's closing fence drain (`_bench_frees_pending` idle step, §3.7);
     /// §8.2 bug 14 leaves it out.
     fn drained(&self, mut ops: Vec<PlanOp>) -> Vec<PlanOp> {
-        if self.bug(BugMutant::NoIdleBeforeDraw) && matches!(ops.last(), Some(PlanOp::ProcessOutputs)) {
+        if self.bug(BugMutant::NoIdleBeforeDraw) && matches!(ops.last(), Some(PlanOp::ProcessOutputs { .. })) {
             ops.pop();
         }
         ops
@@ -331,7 +331,7 @@ fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
     let expect = (!lenient).then_some(true);
     p.step(|_| {
         vec![
-            PlanOp::ProcessOutputs,
+            PlanOp::ProcessOutputs { lag: 0 },
             PlanOp::ResetPrefixCache { expect },
             PlanOp::EndSweep,
         ]

@@ -101,7 +101,7 @@ pub(super) fn native_prefill(
                 });
             }
             ops.push(PlanOp::Forward { batch });
-            ops.push(PlanOp::ProcessOutputs);
+            ops.push(PlanOp::ProcessOutputs { lag: 0 });
             ops
         });
         for &(slot, n) in &chunks {
@@ -189,7 +189,7 @@ pub(super) fn decode_step(
         .collect();
     ops.push(PlanOp::Forward { batch: entries });
     ops.push(PlanOp::EndTimed { point });
-    ops.push(PlanOp::ProcessOutputs);
+    ops.push(PlanOp::ProcessOutputs { lag: 0 });
     ops
 }
 
@@ -201,6 +201,6 @@ pub(super) fn retire(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String
             fenced: true,
         })
         .collect();
-    ops.push(PlanOp::ProcessOutputs);
+    ops.push(PlanOp::ProcessOutputs { lag: 0 });
     ops
 }

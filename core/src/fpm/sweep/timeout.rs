@@ -44,7 +44,7 @@ pub(super) fn shed_all(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> Stri
             fenced: true,
         })
         .collect();
-    ops.push(PlanOp::ProcessOutputs);
+    ops.push(PlanOp::ProcessOutputs { lag: 0 });
     ops
 }
 

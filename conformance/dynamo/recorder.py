@@ -1,0 +1,399 @@
+"""Record what the real planner does to vLLM's KV cache as kvsim plan ops.
+
+Hooks wrap the KV-cache manager, its block pool and the few planner methods
+whose effect is one kvsim op (shadow registration, copy-on-write release,
+point injection, steady steps, the soft-timeout check, shedding chains). Every
+other change the planner makes by hand shows up in the per-step table diff
+(`observe` ops), which kvsim's engine must reproduce exactly
+(spec/plan.md §3, "Recorded plans").
+
+Pool calls made inside a manager or a recognised planner method are that
+method's own; a pool call from anywhere else is an edit kvsim has no op for,
+and is recorded as such (`unmodelled`), never dropped.
+"""
+
+import functools
+import inspect
+
+NULL = 0
+
+
+def block_ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def free_head(pool, n):
+    """The next `n` block ids the pool hands out (the free queue's head)."""
+    out = []
+    q = pool.free_block_queue
+    b = q.fake_free_list_head.next_free_block
+    while b is not None and b is not q.fake_free_list_tail and len(out) < n:
+        out.append(b.block_id)
+        b = b.next_free_block
+    return out
+
+
+class Recorder:
+    def __init__(self, sched, vocab):
+        self.sched = sched
+        self.vocab = vocab
+        self.kv = sched.kv_cache_manager
+        self.pool = self.kv.block_pool
+        self.managers = self.kv.coordinator.single_type_managers
+        self.steps = []  # finished steps: {"step", "ops"}
+        self.ops = []  # the step being recorded
+        self.step = 0
+        self.depth = 0  # inside a manager call: its pool calls are its own
+        self.owned = 0  # inside a planner method whose pool calls make one op
+        self.known = {}  # req id -> tokens kvsim's engine has computed
+        self.hits = {}  # req id -> prefix-hit tokens from get_computed_blocks this step
+        self.shadows = set()
+        self.shedding = False
+        self.faults = []
+        self.deadline_seen = False
+        self.point = None  # benchmark point index whose steps are timed
+        self.points = []  # injected points: {"point", "batch", "context_lengths", "kind"}
+        self.timed_step = False
+        self.unmodelled = []
+        self.last_tables = {}
+        self.cow_in_shadow = None
+        self._install()
+
+    # -- hooks ------------------------------------------------------------
+
+    def _wrap(self, obj, name, after):
+        orig = getattr(obj, name)
+        sig = inspect.signature(orig)
+
+        @functools.wraps(orig)
+        def hooked(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            outer = self.depth == 0
+            self.depth += 1
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                self.depth -= 1
+            if outer:
+                after(bound.arguments, result)
+            return result
+
+        setattr(obj, name, hooked)
+
+    def _wrap_planner(self, name, before=None, after=None, owns_pool=False):
+        """A planner method recorded as one op (`owns_pool`: its direct pool
+        calls are part of that op), or marking the step (`before`)."""
+        obj = self.sched
+        if not hasattr(obj, name):
+            return
+        orig = getattr(obj, name)
+        sig = inspect.signature(orig)
+
+        @functools.wraps(orig)
+        def hooked(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            state = before(bound.arguments) if before else None
+            self.owned += owns_pool
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                self.owned -= owns_pool
+            if after:
+                after(bound.arguments, result, state)
+            return result
+
+        setattr(obj, name, hooked)
+
+    def _install(self):
+        kv = self.kv
+        self._wrap(kv, "get_computed_blocks", self._on_computed_blocks)
+        self._wrap(kv, "allocate_slots", self._on_allocate)
+        self._wrap(kv, "free", self._on_free)
+        self._wrap(kv, "pop_blocks_for_free", self._on_pop_for_free)
+        self._wrap(kv, "cache_blocks", self._on_cache_blocks)
+        self._wrap(kv, "reset_prefix_cache", self._on_reset)
+        for name in ("get_new_blocks", "free_blocks", "touch"):
+            self._wrap(self.pool, name, functools.partial(self._on_pool, name))
+        self._wrap_planner("_kvwarm_register_shadow", after=self._on_shadow, owns_pool=True)
+        self._wrap_planner("_kvwarm_take_cow_copies", after=self._on_take_cow, owns_pool=True)
+        self._wrap_planner("_bench_inject_fake_decode", before=self._on_inject_fake)
+        self._wrap_planner("_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
+        self._wrap_planner("_bench_make_steady_step", after=self._on_steady)
+        self._wrap_planner("_bench_soft_timeout_elapsed", after=self._on_deadline_check)
+        shed = getattr(self.sched, "_kvwarm_shed_chains", None)
+        if shed is not None:
+            self._wrap_shed(shed)
+
+    def _wrap_shed(self, orig):
+        @functools.wraps(orig)
+        def hooked(*args, **kwargs):
+            self.shedding = True
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self.shedding = False
+
+        self.sched._kvwarm_shed_chains = hooked
+
+    # -- request bookkeeping ---------------------------------------------
+
+    def _ensure_added(self, request):
+        rid = request.request_id
+        if rid in self.known:
+            return
+        op = {
+            "op": "add_request",
+            "req": rid,
+            "prompt": {"source": "ids", "ids": list(request.prompt_token_ids)},
+        }
+        if request.cache_salt is not None:
+            op["cache_salt"] = request.cache_salt
+        self.ops.append(op)
+        self.known[rid] = 0
+
+    def _sync_computed(self, request):
+        """Tokens the planner marked computed without a forward pass are
+        synthetic KV (`fake_compute`); kvsim only knows them that way."""
+        rid = request.request_id
+        have = self.known.get(rid, 0)
+        real = int(request.num_computed_tokens)
+        if real > have and have == 0 and rid not in self.shadows:
+            self.ops.append({"op": "fake_compute", "req": rid, "tokens": real})
+            self.known[rid] = real
+
+    # -- manager hooks ----------------------------------------------------
+
+    def _on_computed_blocks(self, args, result):
+        request = args["request"]
+        self._ensure_added(request)
+        self.hits[request.request_id] = int(result[1])
+
+    def _on_allocate(self, args, result):
+        request = args["request"]
+        rid = request.request_id
+        self._ensure_added(request)
+        self._sync_computed(request)
+        for key in ("num_lookahead_tokens", "num_external_computed_tokens", "num_encoder_tokens", "reserved_blocks"):
+            if int(args.get(key) or 0) != 0:
+                self.unmodelled.append(f"step {self.step}: allocate_slots({rid}) with {key}={args[key]}")
+        op = {
+            "op": "schedule",
+            "req": rid,
+            "num_new_tokens": int(args["num_new_tokens"]),
+        }
+        hit = self.hits.pop(rid, None)
+        expect = {}
+        if hit is None:
+            op["use_prefix_cache"] = False
+        else:
+            expect["hit_tokens"] = int(args.get("num_new_computed_tokens") or 0)
+        if args.get("full_sequence_must_fit"):
+            op["full_sequence_must_fit"] = True
+        if args.get("delay_cache_blocks"):
+            op["delay_cache_blocks"] = True
+        if result is None:
+            expect["refused"] = True
+        else:
+            expect["tables"] = [list(t) for t in self.kv.get_block_ids(rid)]
+            self.known[rid] = self.known.get(rid, 0) + int(args.get("num_new_computed_tokens") or 0)
+        op["expect"] = expect
+        self.ops.append(op)
+
+    def _on_free(self, args, result):
+        self._retire(args["request"], fenced=False)
+
+    def _on_pop_for_free(self, args, result):
+        self._retire(args["request"], fenced=True)
+
+    def _retire(self, request, fenced):
+        rid = request.request_id
+        if rid not in self.known:
+            return  # never allocated: kvsim never saw it
+        from vllm.v1.request import RequestStatus
+
+        if request.status == RequestStatus.PREEMPTED and not request.is_finished():
+            self.ops.append({"op": "preempt", "req": rid})
+            self.known[rid] = 0
+            return
+        op = "shed" if self.shedding else "finish"
+        entry = {"op": op, "req": rid}
+        if fenced:
+            entry["fenced"] = True
+        self.ops.append(entry)
+        self.known.pop(rid, None)
+        self.shadows.discard(rid)
+
+    def _on_cache_blocks(self, args, result):
+        request = args["request"]
+        self._ensure_added(request)
+        self._sync_computed(request)
+        self.ops.append(
+            {"op": "cache_blocks", "req": request.request_id, "num_tokens": int(args["num_computed_tokens"])}
+        )
+
+    def _on_reset(self, args, result):
+        self.ops.append({"op": "reset_prefix_cache", "expect": bool(result)})
+
+    def _on_pool(self, name, args, result):
+        if self.owned:
+            return
+        # A pool call outside every manager method and recognised planner
+        # method: a hand edit kvsim has no op for.
+        what = {"get_new_blocks": lambda: f"{args.get('num_blocks')} blocks -> {block_ids(result)}"}
+        detail = what.get(name, lambda: "")()
+        self.unmodelled.append(f"step {self.step}: block_pool.{name} called by the planner directly {detail}")
+
+    # -- planner hooks ----------------------------------------------------
+
+    def _on_shadow(self, args, result, _state):
+        shadow, chain = args["req_id"], args["chain_id"]
+        ctx, headroom = int(args["ctx_len"]), int(args["headroom"])
+        tables, zero_ids = result
+        chain_tables = self.kv.get_block_ids(chain)
+        random_kda = bool(getattr(self.sched, "_bench_random_kda", False))
+        groups = []
+        cow = False
+        for g, table in enumerate(tables):
+            mgr = self.managers[g]
+            chain_t = list(chain_tables[g])
+            n_shared = 0
+            while n_shared < len(table) and n_shared < len(chain_t) and table[n_shared] == chain_t[n_shared]:
+                n_shared += 1
+            random_group = random_kda and self.sched._kvwarm_random_state_manager(mgr)
+            if random_group:
+                n_shared = sum(1 for b in table if b == NULL)
+            tail = list(table[n_shared:])
+            entry = {"shared": list(table[:n_shared]), "tail": tail}
+            cached = getattr(mgr, "num_cached_block", {}).get(shadow)
+            if cached is not None:
+                entry["num_cached"] = int(cached)
+            zeroed = set(zero_ids)
+            if tail and not random_group and not (set(tail) & zeroed):
+                # Copy-on-write: every private tail block is a copy of the chain
+                # block at the same index (1.6.1, `_kvwarm_register_shadow`).
+                srcs = chain_t[n_shared : n_shared + len(tail)]
+                entry["cow_from"] = srcs[0]
+                if len(srcs) > 1:
+                    entry["cow_more"] = srcs[1:]
+                cow = True
+            groups.append(entry)
+        self.ops.append(
+            {
+                "op": "register_shadow",
+                "shadow": shadow,
+                "chain": chain,
+                "ctx": ctx,
+                "headroom": headroom,
+                "tail": "cow" if cow else "zero",
+                "groups": groups,
+                "ok": True,
+                "covered": True,
+                **({"random_state": True} if random_kda else {}),
+            }
+        )
+        self.shadows.add(shadow)
+        self.known[shadow] = ctx
+
+    def _on_take_cow(self, args, result, _state):
+        if result:
+            self.ops.append({"op": "release_cow"})
+
+    def _new_point(self, lengths, kind):
+        point = len(self.points)
+        self.points.append({"point": point, "step": self.step, "batch": len(lengths), "context_lengths": [int(c) for c in lengths], "kind": kind})
+        self.point = point
+        self.timed_step = True
+        self.ops.append({"op": "inject_point", "point": point})
+
+    def _on_inject_fake(self, args):
+        self._new_point(args["context_lengths"], "synthetic")
+
+    def _on_inject_borrowed(self, args):
+        self._new_point(args["context_lengths"], "shadow")
+
+    def _on_steady(self, args, result, _state):
+        if result is not None and self.point is not None:
+            self.timed_step = True
+
+    def _on_deadline_check(self, args, result, _state):
+        if result and not self.deadline_seen:
+            self.deadline_seen = True
+            # The planner acts on the deadline from here on; an injection or a
+            # registration earlier in this step came before it saw it.
+            acted = any(op["op"] in ("inject_point", "register_shadow") for op in self.ops)
+            self.faults.append({"fault": "soft_timeout", "step": self.step + (1 if acted else 0)})
+
+    # -- steps ------------------------------------------------------------
+
+    def forward(self, output, sampled):
+        """The step's forward pass: what the model runner computes."""
+        batch = []
+        for rid, n in output.num_scheduled_tokens.items():
+            entry = {"req": rid, "tokens": int(n)}
+            if sampled.get(rid):
+                entry["output"] = [int(t) for t in sampled[rid]]
+            batch.append(entry)
+            if rid in self.known:
+                self.known[rid] += int(n)
+        if not batch:
+            return
+        if self.timed_step and self.point is not None:
+            self.ops.append({"op": "begin_timed", "point": self.point})
+            self.ops.append({"op": "forward", "batch": batch})
+            self.ops.append({"op": "end_timed", "point": self.point})
+        else:
+            self.ops.append({"op": "forward", "batch": batch})
+
+    def process_outputs(self, lag):
+        op = {"op": "process_outputs"}
+        if lag:
+            op["lag"] = lag
+        self.ops.append(op)
+
+    def tables_now(self):
+        """Every request's block tables in the real manager."""
+        out = {}
+        for g, mgr in enumerate(self.managers):
+            for rid, blocks in mgr.req_to_blocks.items():
+                if not blocks:
+                    continue
+                out.setdefault(rid, [[] for _ in self.managers])[g] = block_ids(blocks)
+        return out
+
+    def observe(self, runner_mismatch=None):
+        """The end of a step: the tables that changed, and the pool's free count."""
+        now = self.tables_now()
+        changed = {rid: t for rid, t in sorted(now.items()) if self.last_tables.get(rid) != t}
+        gone = sorted(rid for rid in self.last_tables if rid not in now)
+        self.last_tables = now
+        op = {
+            "op": "observe",
+            "free_blocks": int(self.pool.get_num_free_blocks()),
+            "free_head": free_head(self.pool, 16),
+            "live": len(now),
+        }
+        if changed:
+            op["tables"] = changed
+        if gone:
+            op["gone"] = gone
+        if runner_mismatch:
+            op["runner_mismatch"] = runner_mismatch
+        if self.unmodelled:
+            op["unmodelled"] = list(self.unmodelled)
+            self.unmodelled.clear()
+        self.ops.append(op)
+
+    def end_step(self):
+        self.steps.append({"step": self.step, "ops": self.ops})
+        self.ops = []
+        self.step += 1
+        self.hits.clear()
+        self.timed_step = False
+
+    def failed(self, kind, message):
+        self.ops.append({"op": "planner_failed", "kind": kind, "error": message})
+
+    def end_sweep(self):
+        self.ops.append({"op": "end_sweep"})

@@ -1,0 +1,199 @@
+//! `kvsim dynamo run`: record Dynamo's shipped planner (ai-dynamo 1.6.1 over
+//! vLLM 0.31.0, on CPU) over a scenario as a kvsim plan, and replay it on the
+//! simulator with every invariant and every recorded table checked.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use kvsim_core::fpm::scenarios::validate_scenario;
+
+use super::{say, CliError};
+use crate::dynamo::{record, RecordOptions, Recording};
+use crate::exec::{run_plan, Outcome, RunReport};
+use crate::output::write_atomic;
+
+#[derive(Subcommand, Debug)]
+pub enum DynamoCommand {
+    /// Run the real planner over a scenario; write its plan and its artifact; replay the plan.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ScenarioArgs {
+    /// A built-in scenario name (`kvsim scenarios`).
+    #[arg(long, required_unless_present = "scenario_file")]
+    pub scenario: Option<String>,
+    /// A scenario file (the format `kvsim sweep --scenario-file` takes).
+    #[arg(long, conflicts_with = "scenario")]
+    pub scenario_file: Option<PathBuf>,
+    /// Run this working copy of `instrumented_scheduler.py` instead of the installed 1.6.1 module.
+    #[arg(long)]
+    pub planner_source: Option<PathBuf>,
+    /// Turn Dynamo's KV warm-up off (`DYN_BENCH_KV_WARMUP=off`): synthetic KV only.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// `hybrid_live_state` on (recurrent groups fork the chain's live state).
+    #[arg(long)]
+    pub live_state: bool,
+    /// Override the scenario's soft timeout (seconds on the planner's virtual clock).
+    #[arg(long)]
+    pub timeout_seconds: Option<u64>,
+    /// Virtual seconds per nominal step second (steps cost 1 ms + 20 ns per token at 1.0).
+    #[arg(long, default_value_t = 1.0)]
+    pub clock_scale: f64,
+    /// A sweep still running after this many steps is a finding (DY-STALLED).
+    #[arg(long, default_value_t = 20_000)]
+    pub max_steps: u64,
+    /// Wall-clock seconds before the harness is killed (exit 2, nothing written).
+    #[arg(long, default_value_t = 900)]
+    pub harness_timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Where to write the recorded plan (`kvsim-plan/1`).
+    #[arg(long)]
+    pub plan_out: PathBuf,
+    /// Where to write the planner's own artifact (schema_version 2, normalised).
+    #[arg(long)]
+    pub artifact_out: Option<PathBuf>,
+    /// Where to write the report (`kvsim-dynamo-report/1` plus the replay outcome).
+    #[arg(long)]
+    pub report_out: Option<PathBuf>,
+}
+
+pub fn run(cmd: DynamoCommand) -> Result<ExitCode, CliError> {
+    match cmd {
+        DynamoCommand::Run(a) => run_cmd(a),
+    }
+}
+
+/// Record the real planner over the scenario the flags name.
+pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::BuiltinScenario, Recording), CliError> {
+    let mut s = super::scenario_arg::load_scenario(a.scenario.as_deref(), a.scenario_file.as_ref())?;
+    if let Some(t) = a.timeout_seconds {
+        if t == 0 {
+            return Err(CliError::Input("--timeout-seconds must be >= 1".into()));
+        }
+        s.bench.timeout_seconds = t;
+    }
+    if !(a.clock_scale.is_finite() && a.clock_scale > 0.0) {
+        return Err(CliError::Input(format!(
+            "--clock-scale must be > 0 (got {})",
+            a.clock_scale
+        )));
+    }
+    validate_scenario(&s).map_err(|e| CliError::Input(format!("scenario {}: {e}", s.name)))?;
+    let opts = RecordOptions {
+        warmup: !a.no_warmup,
+        live_state: a.live_state,
+        planner_source: a.planner_source.clone(),
+        max_steps: a.max_steps,
+        clock_scale: a.clock_scale,
+        timeout: Duration::from_secs(a.harness_timeout),
+    };
+    eprintln!(
+        "kvsim dynamo: running the real planner over {} (importing vLLM takes ~10 s)",
+        s.name
+    );
+    let rec = record(&s, &opts).map_err(|e| CliError::Input(e.to_string()))?;
+    eprintln!(
+        "kvsim dynamo: harness setup {:.1} s, sweep {:.2} s",
+        rec.setup_seconds, rec.run_seconds
+    );
+    Ok((s, rec))
+}
+
+fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
+    write_atomic(path, bytes).map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))
+}
+
+/// The replay's outcome as report fields.
+pub fn outcome_json(report: &RunReport) -> serde_json::Value {
+    match &report.outcome {
+        Outcome::Passed => serde_json::json!({"outcome": "passed", "steps": report.steps, "ops": report.ops}),
+        Outcome::Violation(f) | Outcome::Mismatch(f) => serde_json::json!({
+            "outcome": if matches!(report.outcome, Outcome::Violation(_)) { "violation" } else { "mismatch" },
+            "invariant": f.invariant.as_deref().unwrap_or("PLAN-MISMATCH"),
+            "step": f.step,
+            "op": f.op_index,
+            "detail": f.detail,
+        }),
+    }
+}
+
+fn run_cmd(a: RunArgs) -> Result<ExitCode, CliError> {
+    let (s, rec) = record_scenario(&a.scenario)?;
+    let replay = run_plan(&rec.plan);
+    write(&a.plan_out, rec.plan_text.as_bytes())?;
+    if let Some(p) = &a.artifact_out {
+        let text = rec
+            .artifact
+            .as_ref()
+            .ok_or_else(|| CliError::Failed("the planner wrote no artifact".into()))?;
+        write(p, text.as_bytes())?;
+    }
+    let mut report = rec.report.clone();
+    report["replay"] = outcome_json(&replay);
+    if let Some(p) = &a.report_out {
+        let mut text = serde_json::to_string_pretty(&report).expect("reports serialize");
+        text.push('\n');
+        write(p, text.as_bytes())?;
+    }
+    print_summary(&s.name, &rec, &replay)?;
+    Ok(if replay.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_summary(name: &str, rec: &Recording, replay: &RunReport) -> Result<(), CliError> {
+    let r = &rec.report;
+    let src = rec.plan.source.as_ref();
+    say(format_args!(
+        "dynamo {} over vLLM {} ({} module, sha256 {}): scenario {name}",
+        src.map_or("?", |s| &s.version),
+        src.map_or("?", |s| &s.vllm),
+        if src.is_some_and(|s| s.installed) {
+            "installed"
+        } else {
+            "working-copy"
+        },
+        src.map_or("?", |s| &s.source_sha256[..12.min(s.source_sha256.len())]),
+    ))?;
+    let kinds = src.map(|s| &s.points[..]).unwrap_or(&[]);
+    let shadow = kinds.iter().filter(|p| p.kind == "shadow").count();
+    say(format_args!(
+        "  recorded: {} steps, {} points ({shadow} borrowed from chains, {} synthetic); planner {}; artifact {}",
+        rec.plan.steps.len(),
+        kinds.len(),
+        kinds.len() - shadow,
+        r["status"].as_str().unwrap_or("?"),
+        r["artifact_status"].as_str().unwrap_or("none"),
+    ))?;
+    if let Some(e) = r["error"].as_str() {
+        say(format_args!("  planner error: {e}"))?;
+    }
+    match &replay.outcome {
+        Outcome::Passed => say(format_args!(
+            "  replay: passed: {} steps, {} ops, every recorded table reproduced, all invariants held",
+            replay.steps, replay.ops
+        )),
+        Outcome::Violation(f) => say(format_args!(
+            "  FINDING {} at step {} (op {:?}): {}",
+            f.invariant.as_deref().unwrap_or("?"),
+            f.step,
+            f.op_index,
+            f.detail
+        )),
+        Outcome::Mismatch(f) => say(format_args!(
+            "  MISMATCH at step {} (op {:?}): kvsim does not reproduce the real planner: {}",
+            f.step, f.op_index, f.detail
+        )),
+    }
+}

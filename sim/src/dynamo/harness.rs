@@ -1,0 +1,230 @@
+//! Running the harness as a subprocess: one request file in, a plan, the
+//! planner's artifact and a report out, all in a private temporary directory
+//! that is removed whatever happens (nothing half-written reaches the caller).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kvsim_core::fpm::scenarios::BuiltinScenario;
+use kvsim_core::plan::{load_plan, Plan};
+use serde_json::{json, Value};
+
+use super::env;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Dynamo's KV warm-up (`DYN_BENCH_KV_WARMUP`).
+    pub warmup: bool,
+    /// `hybrid_live_state` (1.6.1).
+    pub live_state: bool,
+    /// A working copy of `instrumented_scheduler.py` to run instead of the installed one.
+    pub planner_source: Option<PathBuf>,
+    /// A sweep that has not ended after this many steps is a finding (DY-STALLED).
+    pub max_steps: u64,
+    /// Virtual seconds per nominal step second (a larger scale reaches the soft timeout sooner).
+    pub clock_scale: f64,
+    /// Wall-clock limit for the subprocess; past it the harness is killed.
+    pub timeout: Duration,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            warmup: true,
+            live_state: false,
+            planner_source: None,
+            max_steps: 20_000,
+            clock_scale: 1.0,
+            timeout: Duration::from_secs(900),
+        }
+    }
+}
+
+/// A finished recording.
+#[derive(Debug)]
+pub struct Recording {
+    pub plan: Plan,
+    /// The plan exactly as the harness wrote it.
+    pub plan_text: String,
+    /// The planner's own artifact (normalised), if it wrote one.
+    pub artifact: Option<String>,
+    /// The harness report (`kvsim-dynamo-report/1`) without its wall-clock fields.
+    pub report: Value,
+    /// Seconds the harness spent importing and constructing, then sweeping (stderr only).
+    pub setup_seconds: f64,
+    pub run_seconds: f64,
+}
+
+/// Why there is no recording. Every variant is bad input or a broken
+/// environment to the CLI (exit 2); a planner that raised is a recording.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(
+        "the real planner's environment is not installed ({venv}); install it with: {cmd}",
+        venv = env::venv_dir().display(),
+        cmd = env::INSTALL_COMMAND
+    )]
+    NoEnvironment,
+    #[error("the harness script {0} does not exist")]
+    NoHarness(PathBuf),
+    #[error("the planner source {0} does not exist")]
+    NoPlannerSource(PathBuf),
+    #[error("the real planner cannot take scenario {scenario}: {reason}")]
+    Layout { scenario: String, reason: String },
+    #[error("the harness failed before the planner ran ({stage}): {reason}")]
+    Setup { stage: String, reason: String },
+    #[error("the harness was killed ({0}); nothing was recorded")]
+    Killed(String),
+    #[error("the harness did not finish within {0} s and was killed; nothing was recorded")]
+    Timeout(u64),
+    #[error("the harness wrote an unusable {what}: {reason}")]
+    BadOutput { what: &'static str, reason: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Removes the directory when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir() -> Result<TempDir, RecordError> {
+    let base = std::env::temp_dir();
+    for i in 0..1000u32 {
+        let p = base.join(format!("kvsim-dynamo-{}-{i}", std::process::id()));
+        if std::fs::create_dir(&p).is_ok() {
+            return Ok(TempDir(p));
+        }
+    }
+    Err(RecordError::Io(format!(
+        "cannot create a temporary directory in {}",
+        base.display()
+    )))
+}
+
+fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
+    json!({
+        "format": "kvsim-dynamo-request/1",
+        "scenario": s,
+        "options": {
+            "warmup": o.warmup,
+            "live_state": o.live_state,
+            "max_steps": o.max_steps,
+            "clock_scale": o.clock_scale,
+            "planner_source": o.planner_source.as_ref().map(|p| p.display().to_string()),
+        }
+    })
+}
+
+/// Run the real planner over `s` and return its recording.
+pub fn record(s: &BuiltinScenario, o: &RecordOptions) -> Result<Recording, RecordError> {
+    let python = env::ready_python().ok_or(RecordError::NoEnvironment)?;
+    let script = env::harness_script();
+    if !script.is_file() {
+        return Err(RecordError::NoHarness(script));
+    }
+    let mut o = o.clone();
+    if let Some(src) = &o.planner_source {
+        let abs = std::fs::canonicalize(src).map_err(|_| RecordError::NoPlannerSource(src.clone()))?;
+        o.planner_source = Some(abs);
+    }
+    let dir = temp_dir()?;
+    let req_path = dir.0.join("request.json");
+    let out = dir.0.join("out");
+    std::fs::write(
+        &req_path,
+        serde_json::to_vec(&request(s, &o)).expect("requests serialize"),
+    )
+    .map_err(|e| RecordError::Io(format!("cannot write {}: {e}", req_path.display())))?;
+    let log = dir.0.join("harness.log");
+    let log_file = std::fs::File::create(&log).map_err(|e| RecordError::Io(e.to_string()))?;
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .arg("--request")
+        .arg(&req_path)
+        .arg("--out-dir")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(|e| RecordError::Io(e.to_string()))?)
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| RecordError::Io(format!("cannot start {}: {e}", python.display())))?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| RecordError::Io(e.to_string()))? {
+            Some(status) => break status,
+            None if started.elapsed() > o.timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RecordError::Timeout(o.timeout.as_secs()));
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let report_text = std::fs::read_to_string(out.join("report.json")).ok();
+    let report: Option<Value> = report_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
+    match status.code() {
+        Some(0) => {}
+        Some(code) => {
+            let (stage, reason) = report
+                .as_ref()
+                .map(|r| {
+                    (
+                        r["stage"].as_str().unwrap_or("unknown").to_string(),
+                        r["error"].as_str().unwrap_or("no reason given").to_string(),
+                    )
+                })
+                .unwrap_or_else(|| ("start".into(), log_tail(&log)));
+            return Err(if code == 3 {
+                RecordError::Layout {
+                    scenario: s.name.clone(),
+                    reason,
+                }
+            } else {
+                RecordError::Setup { stage, reason }
+            });
+        }
+        None => return Err(RecordError::Killed(format!("{status}"))),
+    }
+    let mut report = report.ok_or(RecordError::BadOutput {
+        what: "report",
+        reason: "report.json missing or not JSON".into(),
+    })?;
+    let plan_text = std::fs::read_to_string(out.join("plan.json")).map_err(|e| RecordError::BadOutput {
+        what: "plan",
+        reason: e.to_string(),
+    })?;
+    let plan = load_plan(&plan_text).map_err(|e| RecordError::BadOutput {
+        what: "plan",
+        reason: e.to_string(),
+    })?;
+    let artifact = std::fs::read_to_string(out.join("artifact.json")).ok();
+    let seconds = |r: &mut Value, k: &str| {
+        r.as_object_mut()
+            .and_then(|m| m.remove(k))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0)
+    };
+    let setup_seconds = seconds(&mut report, "setup_seconds");
+    let run_seconds = seconds(&mut report, "run_seconds");
+    Ok(Recording {
+        plan,
+        plan_text,
+        artifact,
+        report,
+        setup_seconds,
+        run_seconds,
+    })
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}

@@ -1,0 +1,9 @@
+//! The shipped Dynamo planner as a plan source (spec/dynamo.md): the harness
+//! (`conformance/dynamo/harness.py`) runs ai-dynamo 1.6.1's real
+//! `InstrumentedScheduler` over vLLM 0.31.0 on CPU in a subprocess and records
+//! it; this module drives it and hands back a validated `kvsim-plan/1` plan.
+
+pub mod env;
+mod harness;
+
+pub use harness::{record, RecordError, RecordOptions, Recording};
