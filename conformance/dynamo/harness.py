@@ -143,9 +143,12 @@ def sha256_file(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def normalise_artifact(raw):
-    """Wall-clock stamps and the random run id are the only non-deterministic
-    fields of the planner's artifact (the rest runs on the virtual clock)."""
+def normalise_artifact(raw, work_dir):
+    """Wall-clock stamps, the random run id and the harness's temporary paths
+    are the only run-to-run differences of the planner's artifact (the rest runs
+    on the virtual clock)."""
+    work_dir = os.path.abspath(work_dir)
+
     def walk(v):
         if isinstance(v, dict):
             out = {}
@@ -159,6 +162,8 @@ def normalise_artifact(raw):
             return out
         if isinstance(v, list):
             return [walk(x) for x in v]
+        if isinstance(v, str) and work_dir in v:
+            return v.replace(work_dir, "<harness-work>")
         return v
 
     return walk(raw)
@@ -394,7 +399,7 @@ class Runner:
         artifact = None
         if os.path.exists(self.raw_artifact):
             with open(self.raw_artifact) as f:
-                artifact = normalise_artifact(json.load(f))
+                artifact = normalise_artifact(json.load(f), os.path.join(self.out_dir, "work"))
             with open(os.path.join(self.out_dir, "artifact.json"), "w") as f:
                 json.dump(artifact, f, indent=1, sort_keys=True)
         self.report["artifact"] = artifact is not None

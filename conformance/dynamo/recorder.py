@@ -56,7 +56,7 @@ class Recorder:
         self.timed_step = False
         self.unmodelled = []
         self.last_tables = {}
-        self.cow_in_shadow = None
+        self.owned_draws = []  # get_new_blocks results inside an owned planner method
         self._install()
 
     # -- hooks ------------------------------------------------------------
@@ -81,7 +81,7 @@ class Recorder:
 
         setattr(obj, name, hooked)
 
-    def _wrap_planner(self, name, before=None, after=None, owns_pool=False):
+    def _wrap_planner(self, name, before=None, after=None, owns_pool=False, raised=None):
         """A planner method recorded as one op (`owns_pool`: its direct pool
         calls are part of that op), or marking the step (`before`)."""
         obj = self.sched
@@ -95,9 +95,15 @@ class Recorder:
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             state = before(bound.arguments) if before else None
+            if owns_pool:
+                self.owned_draws = []
             self.owned += owns_pool
             try:
                 result = orig(*args, **kwargs)
+            except Exception as exc:
+                if raised:
+                    raised(bound.arguments, exc)
+                raise
             finally:
                 self.owned -= owns_pool
             if after:
@@ -116,7 +122,9 @@ class Recorder:
         self._wrap(kv, "reset_prefix_cache", self._on_reset)
         for name in ("get_new_blocks", "free_blocks", "touch"):
             self._wrap(self.pool, name, functools.partial(self._on_pool, name))
-        self._wrap_planner("_kvwarm_register_shadow", after=self._on_shadow, owns_pool=True)
+        self._wrap_planner(
+            "_kvwarm_register_shadow", after=self._on_shadow, owns_pool=True, raised=self._on_shadow_raised
+        )
         self._wrap_planner("_kvwarm_take_cow_copies", after=self._on_take_cow, owns_pool=True)
         self._wrap_planner("_bench_inject_fake_decode", before=self._on_inject_fake)
         self._wrap_planner("_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
@@ -143,11 +151,23 @@ class Recorder:
         rid = request.request_id
         if rid in self.known:
             return
-        op = {
-            "op": "add_request",
-            "req": rid,
-            "prompt": {"source": "ids", "ids": list(request.prompt_token_ids)},
-        }
+        import random
+
+        ids = list(request.prompt_token_ids)
+        prompt = {"source": "ids", "ids": ids}
+        # Dynamo's `_bench_synthetic_token_ids(salt, n)` draws
+        # `random.Random(f"dp{rank}:{salt}").choices(range(1, V), k=n)`, salted
+        # by the request id or its cache salt: record the draw, not its ids,
+        # once it is checked to reproduce them exactly.
+        vocab = int(getattr(self.sched, "_bench_vocab_size", 0) or 0)
+        rank = getattr(self.sched, "_fpm_dp_rank", 0)
+        if vocab > 1 and ids:
+            for salt in dict.fromkeys(s for s in (rid, request.cache_salt) if s is not None):
+                seed = f"dp{rank}:{salt}"
+                if random.Random(seed).choices(range(1, vocab), k=len(ids)) == ids:
+                    prompt = {"source": "py_choices", "seed": seed, "len": len(ids), "low": 1, "high": vocab}
+                    break
+        op = {"op": "add_request", "req": rid, "prompt": prompt}
         if request.cache_salt is not None:
             op["cache_salt"] = request.cache_salt
         self.ops.append(op)
@@ -238,6 +258,8 @@ class Recorder:
 
     def _on_pool(self, name, args, result):
         if self.owned:
+            if name == "get_new_blocks":
+                self.owned_draws.append(block_ids(result))
             return
         # A pool call outside every manager method and recognised planner
         # method: a hand edit kvsim has no op for.
@@ -295,6 +317,38 @@ class Recorder:
         )
         self.shadows.add(shadow)
         self.known[shadow] = ctx
+
+    def _on_shadow_raised(self, args, exc):
+        """The registration raised half-way (1.6.1 stages every group's tail,
+        then references and forks group by group): a failed registration with
+        what it drew and what it meant to copy; kvsim judges what it left."""
+        shadow, chain, ctx = args["req_id"], args["chain_id"], int(args["ctx_len"])
+        chain_tables = self.kv.get_block_ids(chain)
+        groups = []
+        for g, mgr in enumerate(self.managers):
+            n_shared = ctx // int(mgr.block_size)
+            drawn = self.owned_draws[g] if g < len(self.owned_draws) else []
+            chain_t = list(chain_tables[g])
+            entry = {"shared": chain_t[:n_shared], "tail": drawn}
+            srcs = chain_t[n_shared : n_shared + len(drawn)]
+            if srcs:
+                entry["cow_from"] = srcs[0]
+                if len(srcs) > 1:
+                    entry["cow_more"] = srcs[1:]
+            groups.append(entry)
+        self.ops.append(
+            {
+                "op": "register_shadow",
+                "shadow": shadow,
+                "chain": chain,
+                "ctx": ctx,
+                "headroom": int(args["headroom"]),
+                "tail": "cow",
+                "groups": groups,
+                "ok": False,
+                "covered": True,
+            }
+        )
 
     def _on_take_cow(self, args, result, _state):
         if result:

@@ -259,3 +259,77 @@ fn pl_deadline_a_point_injected_after_the_soft_timeout() {
     bad["faults"] = json!([{"fault": "soft_timeout", "step": 1}]);
     assert_trips(&bad, "PL-DEADLINE");
 }
+
+/// One step of a recorded plan: request `a` prefilled, then what the real
+/// manager held at the end of the step.
+fn observed(extra: Value) -> Value {
+    let mut obs = json!({"op": "observe", "free_blocks": 29, "live": 1,
+                         "tables": {"a": [[1, 2]]}, "free_head": [3, 4]});
+    for (k, v) in extra.as_object().unwrap() {
+        obs[k] = v.clone();
+    }
+    let mut ops = prefill("a", 8);
+    ops.push(obs);
+    plan(scenario(None, 1, 32), vec![(0, 0, ops)])
+}
+
+#[test]
+fn dy_runner_table_the_runner_is_handed_other_blocks_than_the_manager_holds() {
+    assert_passes(&observed(json!({})));
+    assert_trips(
+        &observed(json!({"runner_mismatch": "a group 0: runner holds [1, 7], the manager [1, 2]"})),
+        "DY-RUNNER-TABLE",
+    );
+}
+
+#[test]
+fn an_observation_kvsim_does_not_reproduce_is_a_mismatch() {
+    for bad in [
+        json!({"free_blocks": 28}),
+        json!({"tables": {"a": [[2, 1]]}}),
+        json!({"free_head": [4, 3]}),
+        json!({"live": 2}),
+        json!({"unmodelled": ["step 0: block_pool.touch called by the planner directly"]}),
+    ] {
+        match outcome(&observed(bad.clone())) {
+            Outcome::Mismatch(_) => {}
+            other => panic!("{bad}: expected a mismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn dy_raised_and_dy_stalled_a_recorded_planner_that_failed() {
+    let failed = |kind: &str| {
+        let mut ops = prefill("a", 8);
+        ops.push(json!({"op": "planner_failed", "kind": kind, "error": "AssertionError: "}));
+        plan(scenario(None, 1, 32), vec![(0, 0, ops)])
+    };
+    assert_trips(&failed("raised"), "DY-RAISED");
+    assert_trips(&failed("stalled"), "DY-STALLED");
+    match outcome(&failed("raised")) {
+        Outcome::Violation(f) => assert!(f.detail.contains("left behind: 2 referenced blocks, 2 prefix-cache keys, 1 live requests"), "{}", f.detail),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn pl_window_a_shadow_forking_its_tail_from_the_null_block() {
+    // Chain `c` (8 tokens) on full + sliding window(4): its window group's first
+    // block is null once the window moved past it (Dynamo 1.6.1's crash).
+    let steps = |src: u32| {
+        let groups = json!([{"shared": [1], "tail": [5], "cow_from": 2},
+                            {"shared": [], "tail": [6], "cow_from": src}]);
+        vec![
+            (0, 0, prefill("c", 8)),
+            (
+                1,
+                0,
+                vec![json!({"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 4, "headroom": 1,
+                               "tail": "cow", "groups": groups, "ok": true, "covered": true})],
+            ),
+        ]
+    };
+    assert_passes(&plan(scenario(Some(4), 1, 32), steps(3)));
+    assert_trips(&plan(scenario(Some(4), 1, 32), steps(0)), "PL-WINDOW");
+}

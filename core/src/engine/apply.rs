@@ -751,8 +751,21 @@ impl Engine {
                 tables.push(t);
                 continue;
             }
+            if tail == TailMode::Cow && grp.cow_from.iter().chain(&grp.cow_more).any(|&b| b == NULL_BLOCK) {
+                // The chain's block there was dropped by the window (or is the null
+                // padding of a prefix hit): the fork would copy nothing
+                // (dynamo_planner_on_cpu.md, "A failure seen on the first try").
+                out.violations.push(Self::violation(
+                    "PL-WINDOW",
+                    format!(
+                        "shadow {shadow} forks its group-{g} tail from the null block: the chain's history at ctx {ctx} was already dropped"
+                    ),
+                ));
+            }
             for (k, &b) in grp.tail.iter().enumerate() {
                 self.content[b as usize] = match (k, tail, grp.cow_from) {
+                    (0, TailMode::Cow, Some(src)) if src == NULL_BLOCK => None,
+                    (k, TailMode::Cow, _) if k >= 1 && grp.cow_more.get(k - 1) == Some(&NULL_BLOCK) => None,
                     (0, TailMode::Cow, Some(src)) => {
                         // §3.6: `touch(tail_src)` before the copy (§8.2 bug 10 skips it).
                         if !self.bug(BugMutant::CowSourceNotTouched) {

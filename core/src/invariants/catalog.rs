@@ -138,6 +138,24 @@ pub const CATALOG: &[Invariant] = &[
         source: "dynamo_fpm.md §5.2; §8.2 bug 24",
         checked_in: "core/src/invariants/record.rs: check_regime_labels",
     },
+    Invariant {
+        id: "DY-RAISED",
+        statement: "The recorded planner never raises: a Python exception or assertion escaping the real planner is a finding, reported with what it left behind (referenced blocks, prefix-cache keys, live requests).",
+        source: "dynamo_planner_on_cpu.md (\"A failure seen on the first try\"); spec/dynamo.md §5",
+        checked_in: "core/src/engine/recorded.rs: Engine::planner_failed",
+    },
+    Invariant {
+        id: "DY-STALLED",
+        statement: "The recorded sweep ends within its step budget: a sweep still running after `--max-steps` steps (leaked blocks starving a stage while the virtual clock never reaches the soft timeout) is a finding.",
+        source: "spec/dynamo.md §5 (liveness)",
+        checked_in: "core/src/engine/recorded.rs: Engine::planner_failed",
+    },
+    Invariant {
+        id: "DY-RUNNER-TABLE",
+        statement: "The block ids a recorded step hands the model runner (SchedulerOutput's new and cached request data) are the manager's tables: every non-null entry equal, every table the same length.",
+        source: "spec/dynamo.md §4 (what a GPU would read)",
+        checked_in: "core/src/engine/recorded.rs: Engine::observe",
+    },
 ];
 
 /// Render the catalog as the Markdown of `spec/invariants.md`.

@@ -4,6 +4,7 @@
 //! step-indexed list of scheduler steps. Every op carries what an executor needs;
 //! nothing is left for it to guess. A recorded plan replays without its planner.
 
+mod pyrandom;
 mod recorded;
 mod scenario;
 mod steps;

@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::pyrandom::PyRandom;
 use crate::kv::hash::hash_block;
 
 /// A request's prompt.
@@ -14,6 +15,15 @@ pub enum Tokens {
     /// Salt-seeded synthetic tokens below `vocab`; a shorter draw is a prefix of
     /// a longer one with the same salt (dynamo_fpm.md §3.9).
     Salted { salt: String, len: u64, vocab: u64 },
+    /// CPython 3.11's `random.Random(seed).choices(range(low, high), k=len)`, exactly:
+    /// how Dynamo draws its synthetic benchmark prompts (`_bench_synthetic_token_ids`,
+    /// seed `"dp{rank}:{salt}"`). A shorter draw is a prefix of a longer one.
+    PyChoices {
+        seed: String,
+        len: u64,
+        low: u64,
+        high: u64,
+    },
 }
 
 impl Tokens {
@@ -21,6 +31,7 @@ impl Tokens {
         match self {
             Tokens::Ids { ids } => ids.len() as u64,
             Tokens::Salted { len, .. } => *len,
+            Tokens::PyChoices { len, .. } => *len,
         }
     }
 
@@ -37,6 +48,9 @@ impl Tokens {
                 (0..*len)
                     .map(|i| (hash_block(Some(seed), &[i], None) % u128::from((*vocab).max(1))) as u64)
                     .collect()
+            }
+            Tokens::PyChoices { seed, len, low, high } => {
+                PyRandom::from_str_seed(seed).choices_range(*low, *high, *len)
             }
         }
     }
@@ -69,5 +83,58 @@ mod tests {
         assert_eq!(short[..], long[..10]);
         assert_ne!(short, other);
         assert!(long.iter().all(|&t| t < 50));
+    }
+
+    #[test]
+    fn tokens_py_choices_materialise_python_lists() {
+        // random.Random("dp0:__bench_17").choices(range(1, 151552), k=5) in CPython 3.11.
+        let t = Tokens::PyChoices {
+            seed: "dp0:__bench_17".into(),
+            len: 5,
+            low: 1,
+            high: 151552,
+        };
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.materialise(), [125550, 93440, 38784, 1043, 118568]);
+        let long = Tokens::PyChoices {
+            seed: "dp0:__bench_17".into(),
+            len: 70000,
+            low: 1,
+            high: 151552,
+        }
+        .materialise();
+        assert_eq!(long.len(), 70000);
+        assert_eq!(long.iter().sum::<u64>(), 5317903753);
+        assert_eq!(t.materialise()[..], long[..5]);
+    }
+
+    #[test]
+    fn tokens_serde_round_trips() {
+        let json = r#"{"source":"py_choices","seed":"dp1:__bench_0","len":3,"low":1,"high":200064}"#;
+        let t: Tokens = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            t,
+            Tokens::PyChoices {
+                seed: "dp1:__bench_0".into(),
+                len: 3,
+                low: 1,
+                high: 200064,
+            }
+        );
+        assert_eq!(serde_json::to_string(&t).unwrap(), json);
+        assert_eq!(t.materialise(), [190513, 41369, 18636]);
+        // The existing forms keep their bytes.
+        for json in [
+            r#"{"source":"ids","ids":[1,2,3]}"#,
+            r#"{"source":"salted","salt":"a","len":4,"vocab":50}"#,
+        ] {
+            let t: Tokens = serde_json::from_str(json).unwrap();
+            assert_eq!(serde_json::to_string(&t).unwrap(), json);
+        }
+        assert!(serde_json::from_str::<Tokens>(r#"{"source":"py_choices","seed":"a","len":1,"low":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<Tokens>(r#"{"source":"py_choices","seed":"a","len":1,"low":1,"high":2,"x":0}"#)
+                .is_err()
+        );
     }
 }

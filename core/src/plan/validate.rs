@@ -156,10 +156,27 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
                             format!("length {} not in [1, max_model_len={mml})", prompt.len()),
                         ));
                     }
-                    if let Tokens::Ids { ids } = prompt {
-                        if let Some(t) = ids.iter().find(|&&t| t >= s.model.vocab_size) {
-                            return Err(bad(format!("{op_path}.prompt.ids"), format!("token {t} >= vocab_size")));
+                    match prompt {
+                        Tokens::Ids { ids } => {
+                            if let Some(t) = ids.iter().find(|&&t| t >= s.model.vocab_size) {
+                                return Err(bad(format!("{op_path}.prompt.ids"), format!("token {t} >= vocab_size")));
+                            }
                         }
+                        Tokens::PyChoices { low, high, .. } => {
+                            if *high > s.model.vocab_size {
+                                return Err(bad(
+                                    format!("{op_path}.prompt.high"),
+                                    format!("{high} > vocab_size={}", s.model.vocab_size),
+                                ));
+                            }
+                            if low >= high {
+                                return Err(bad(
+                                    format!("{op_path}.prompt.low"),
+                                    format!("range({low}, {high}) is empty"),
+                                ));
+                            }
+                        }
+                        Tokens::Salted { .. } => {}
                     }
                     live.insert((st.rank, req.clone()), false);
                 }
@@ -271,4 +288,43 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_prompt(prompt: Tokens) -> Result<(), PlanError> {
+        let text = include_str!("../../../tests/data/plans/shadow_decode.json");
+        let mut plan = load_plan(text).expect("the fixture validates");
+        let op = plan
+            .steps
+            .iter_mut()
+            .flat_map(|s| s.ops.iter_mut())
+            .find_map(|op| match op {
+                PlanOp::AddRequest { prompt, .. } => Some(prompt),
+                _ => None,
+            });
+        *op.expect("an add_request") = prompt;
+        validate(&plan)
+    }
+
+    #[test]
+    fn tokens_py_choices_validation() {
+        // The fixture's vocab_size is 100 and its chain prompt 8 tokens.
+        let pc = |low, high| Tokens::PyChoices {
+            seed: "dp0:chain".into(),
+            len: 8,
+            low,
+            high,
+        };
+        assert_eq!(with_prompt(pc(1, 100)), Ok(()));
+        assert_eq!(with_prompt(pc(99, 100)), Ok(()));
+        let e = with_prompt(pc(1, 101)).unwrap_err();
+        assert!(e.path().ends_with(".prompt.high"), "{e}");
+        let e = with_prompt(pc(5, 5)).unwrap_err();
+        assert!(e.path().ends_with(".prompt.low"), "{e}");
+        let e = with_prompt(pc(6, 5)).unwrap_err();
+        assert!(e.path().ends_with(".prompt.low"), "{e}");
+    }
 }
