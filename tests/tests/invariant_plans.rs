@@ -308,7 +308,12 @@ fn dy_raised_and_dy_stalled_a_recorded_planner_that_failed() {
     assert_trips(&failed("raised"), "DY-RAISED");
     assert_trips(&failed("stalled"), "DY-STALLED");
     match outcome(&failed("raised")) {
-        Outcome::Violation(f) => assert!(f.detail.contains("left behind: 2 referenced blocks, 2 prefix-cache keys, 1 live requests"), "{}", f.detail),
+        Outcome::Violation(f) => assert!(
+            f.detail
+                .contains("left behind: 2 referenced blocks, 2 prefix-cache keys, 1 live requests"),
+            "{}",
+            f.detail
+        ),
         other => panic!("{other:?}"),
     }
 }
@@ -325,8 +330,10 @@ fn pl_window_a_shadow_forking_its_tail_from_the_null_block() {
             (
                 1,
                 0,
-                vec![json!({"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 4, "headroom": 1,
-                               "tail": "cow", "groups": groups, "ok": true, "covered": true})],
+                vec![
+                    json!({"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 4, "headroom": 1,
+                               "tail": "cow", "groups": groups, "ok": true, "covered": true}),
+                ],
             ),
         ]
     };

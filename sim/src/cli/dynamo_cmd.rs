@@ -130,12 +130,14 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode, CliError> {
     let (s, rec) = record_scenario(&a.scenario)?;
     let replay = run_plan(&rec.plan);
     write(&a.plan_out, rec.plan_text.as_bytes())?;
-    if let Some(p) = &a.artifact_out {
-        let text = rec
-            .artifact
-            .as_ref()
-            .ok_or_else(|| CliError::Failed("the planner wrote no artifact".into()))?;
-        write(p, text.as_bytes())?;
+    match (&a.artifact_out, &rec.artifact) {
+        (Some(p), Some(text)) => write(p, text.as_bytes())?,
+        // A sweep stopped before the planner wrote its artifact: say so, keep the rest.
+        (Some(p), None) => eprintln!(
+            "kvsim dynamo: the planner wrote no artifact; {} not written",
+            p.display()
+        ),
+        _ => {}
     }
     let mut report = rec.report.clone();
     report["replay"] = outcome_json(&replay);

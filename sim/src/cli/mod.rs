@@ -1,6 +1,7 @@
 //! Subcommands of `kvsim`. Each lives in its own file; this one dispatches and
 //! maps errors onto exit codes (2 = bad input, 1 = a check failed).
 
+mod audit_cmd;
 mod bench_cmd;
 mod calibrate_cmd;
 mod check_cmd;
@@ -66,6 +67,8 @@ pub enum Command {
     /// Dynamo's shipped planner (ai-dynamo 1.6.1 over vLLM 0.31.0) as a plan source.
     #[command(subcommand)]
     Dynamo(dynamo_cmd::DynamoCommand),
+    /// Check a real Dynamo rank artifact (ai-dynamo 1.6.1) against its schema and invariants.
+    Audit(audit_cmd::AuditArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -132,5 +135,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
         Command::Dynamo(c) => dynamo_cmd::run(c),
+        Command::Audit(a) => audit_cmd::run(a),
     }
 }
