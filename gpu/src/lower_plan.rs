@@ -20,7 +20,8 @@
 //!   exactly what `Engine::forward` checks: full and MLA all positions before `c`, sliding
 //!   window the last `window - 1`, chunked-local the current chunk (plus position `c`, just
 //!   written). As in vLLM, a forward writes every request's new K/V before any attention reads.
-//! * `register_shadow`: tail blocks are zeroed, or `tail[0]` is copied from `cow_from`.
+//! * `register_shadow`: tail blocks are zeroed, or `tail[0]` is copied from `cow_from`
+//!   (and `tail[k]` from `cow_more[k - 1]`, as Dynamo 1.6.1 forks).
 //! * `zero_blocks` / `copy_block`: `ZeroBlocks` / `CopyBlocks`.
 //! * `begin_timed` / `end_timed`: timing marks (one window at a time on the device: a window
 //!   another rank opens for a point already being timed is not timed again).
@@ -701,6 +702,10 @@ pub fn lower_plan(plan: &Plan, opts: &LowerOptions) -> Result<LoweredPlan, Lower
                             for (k, &b) in grp.tail.iter().enumerate() {
                                 match (k, tail, grp.cow_from) {
                                     (0, TailMode::Cow, Some(src)) => lw.copy(rank, g, src, b),
+                                    // Dynamo 1.6.1 forks every tail block (`cow_more`).
+                                    (k, TailMode::Cow, _) if k >= 1 && k <= grp.cow_more.len() => {
+                                        lw.copy(rank, g, grp.cow_more[k - 1], b)
+                                    }
                                     _ => zero.push(b),
                                 }
                             }

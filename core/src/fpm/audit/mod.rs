@@ -282,7 +282,7 @@ pub struct InputError {
 pub fn parse(text: &str) -> Result<Value, InputError> {
     let v: Value = serde_json::from_str(text).map_err(|e| InputError {
         path: "$".into(),
-        message: format!("not valid JSON at line {} column {}: {e}", e.line(), e.column()),
+        message: format!("not valid JSON: {e}"),
     })?;
     if !v.is_object() {
         return Err(InputError {
