@@ -263,8 +263,10 @@ def benchmark_config(bench, options):
         "timeout": int(bench.get("timeout_seconds", 900)),
         "randomize_kda_state": bool(bench.get("random_kda", False)),
         "hybrid_live_state": bool(options.get("live_state", False)),
-        "warmup_iterations": int(options.get("warmup_iterations", 0)),
     }
+    # 1.6.1's default (5 decode steps of one 256-token prefill) unless asked.
+    if options.get("warmup_iterations") is not None:
+        cfg["warmup_iterations"] = int(options["warmup_iterations"])
     for key in (
         "prefill_max_new_token_samples",
         "prefill_max_kv_read_token_samples",

@@ -10,14 +10,30 @@ use clap::{Args, Subcommand};
 use kvsim_core::fpm::scenarios::validate_scenario;
 
 use super::{say, CliError};
+use crate::dynamo::diff::{compare, Facts};
 use crate::dynamo::{record, RecordOptions, Recording};
 use crate::exec::{run_plan, Outcome, RunReport};
 use crate::output::write_atomic;
+use crate::sweep::run_sweep_with;
+use kvsim_core::fpm::gate::{gate, Strategy};
+use kvsim_core::fpm::sweep::SweepOptions;
 
 #[derive(Subcommand, Debug)]
 pub enum DynamoCommand {
     /// Run the real planner over a scenario; write its plan and its artifact; replay the plan.
     Run(RunArgs),
+    /// Run kvsim's port and the real planner on one scenario; compare grid points, regimes,
+    /// order, stages, capacity fallbacks and ops; print the first divergence of each.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Also write the comparison as JSON.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -69,6 +85,7 @@ pub struct RunArgs {
 pub fn run(cmd: DynamoCommand) -> Result<ExitCode, CliError> {
     match cmd {
         DynamoCommand::Run(a) => run_cmd(a),
+        DynamoCommand::Diff(a) => diff_cmd(a),
     }
 }
 
@@ -197,5 +214,82 @@ fn print_summary(name: &str, rec: &Recording, replay: &RunReport) -> Result<(), 
             "  MISMATCH at step {} (op {:?}): kvsim does not reproduce the real planner: {}",
             f.step, f.op_index, f.detail
         )),
+    }
+}
+
+/// The strategy 1.6.1 itself would take: chains where its gate passes, else
+/// synthetic KV (1.6.1 has no native exact-context warm-up).
+fn port_strategy(s: &kvsim_core::fpm::scenarios::BuiltinScenario, warmup: bool) -> Strategy {
+    if warmup && gate(s).chain {
+        Strategy::Chain
+    } else {
+        Strategy::Synthetic
+    }
+}
+
+fn diff_cmd(a: DiffArgs) -> Result<ExitCode, CliError> {
+    let (s, rec) = record_scenario(&a.scenario)?;
+    let strategy = port_strategy(&s, !a.scenario.no_warmup);
+    let port = run_sweep_with(&s, Some(strategy), &SweepOptions::default(), &mut |_, _| {})
+        .map_err(|e| CliError::Input(format!("kvsim's port cannot plan {}: {e}", s.name)))?;
+    let kvsim_art = port
+        .artifacts
+        .first()
+        .map(|x| serde_json::to_value(x).expect("artifacts serialize"))
+        .unwrap_or_default();
+    let real_art: serde_json::Value = rec
+        .artifact
+        .as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default();
+    let sections = compare(&Facts::of(&kvsim_art, &port.plan), &Facts::of(&real_art, &rec.plan));
+    say(format_args!(
+        "kvsim's port ({}) vs dynamo 1.6.1 (planner {}) on {}",
+        strategy_name(strategy),
+        rec.report["status"].as_str().unwrap_or("?"),
+        s.name
+    ))?;
+    let mut differs = 0;
+    for sec in &sections {
+        match &sec.divergence {
+            None => say(format_args!("  {:<26} same ({} / {})", sec.name, sec.kvsim, sec.dynamo))?,
+            Some(d) => {
+                differs += 1;
+                say(format_args!(
+                    "  {:<26} DIFFERS ({} / {}) {d}",
+                    sec.name, sec.kvsim, sec.dynamo
+                ))?
+            }
+        }
+    }
+    say(format_args!(
+        "  {differs} of {} facts differ; spec/dynamo.md §6 lists the known version differences",
+        sections.len()
+    ))?;
+    if let Some(p) = &a.json_out {
+        let j = serde_json::json!({
+            "format": "kvsim-dynamo-diff/1",
+            "scenario": s.name,
+            "port_strategy": strategy_name(strategy),
+            "sections": sections.iter().map(|x| serde_json::json!({
+                "name": x.name, "kvsim": x.kvsim, "dynamo": x.dynamo, "divergence": x.divergence,
+            })).collect::<Vec<_>>(),
+        });
+        let mut text = serde_json::to_string_pretty(&j).expect("serializes");
+        text.push('\n');
+        write(p, text.as_bytes())?;
+    }
+    Ok(if differs == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn strategy_name(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Chain => "chain",
+        Strategy::Native => "native",
+        Strategy::Synthetic => "synthetic",
     }
 }

@@ -3,6 +3,7 @@
 //! `InstrumentedScheduler` over vLLM 0.31.0 on CPU in a subprocess and records
 //! it; this module drives it and hands back a validated `kvsim-plan/1` plan.
 
+pub mod diff;
 pub mod env;
 mod harness;
 

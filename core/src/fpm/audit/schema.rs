@@ -373,11 +373,7 @@ fn walk(v: &Value, ty: &Ty, path: &str, out: &mut Out) {
     };
     match ty {
         Ty::Any => {}
-        Ty::Nullable(inner) => {
-            if !v.is_null() {
-                walk(v, inner, path, out);
-            }
-        }
+        Ty::Nullable(inner) if !v.is_null() => walk(v, inner, path, out),
         Ty::Int if !v.is_u64() => mismatch(out),
         Ty::Num if !v.is_number() => mismatch(out),
         Ty::Bool if !v.is_boolean() => mismatch(out),
