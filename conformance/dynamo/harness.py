@@ -45,6 +45,7 @@ import traceback  # noqa: E402
 import warnings  # noqa: E402
 
 warnings.filterwarnings("ignore")
+sys.dont_write_bytecode = True  # leave no __pycache__ in the checkout
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 

@@ -226,6 +226,12 @@ def build_configs(scenario, bench, model_dir, options):
         data_parallel_size=int(scenario.get("dp_ranks", 1)),
         data_parallel_rank=int(options.get("rank", 0)),
     )
+    if bench.get("random_kda"):
+        # Random KDA needs Dynamo's benchmark worker on every rank (it fills the
+        # private state slots); the scheduler only checks the name.
+        from dynamo.vllm.benchmark_points import RANDOM_KDA_WORKER
+
+        parallel_config.worker_cls = RANDOM_KDA_WORKER
     vllm_config = VllmConfig(
         model_config=model_config,
         cache_config=cache_config,

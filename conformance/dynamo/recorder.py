@@ -57,6 +57,7 @@ class Recorder:
         self.unmodelled = []
         self.last_tables = {}
         self.owned_draws = []  # get_new_blocks results inside an owned planner method
+        self.cows = []  # _apply_cow calls inside an owned planner method
         self._install()
 
     # -- hooks ------------------------------------------------------------
@@ -97,6 +98,7 @@ class Recorder:
             state = before(bound.arguments) if before else None
             if owns_pool:
                 self.owned_draws = []
+                self.cows = []
             self.owned += owns_pool
             try:
                 result = orig(*args, **kwargs)
@@ -130,9 +132,23 @@ class Recorder:
         self._wrap_planner("_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
         self._wrap_planner("_bench_make_steady_step", after=self._on_steady)
         self._wrap_planner("_bench_soft_timeout_elapsed", after=self._on_deadline_check)
+        for g, mgr in enumerate(self.managers):
+            if hasattr(mgr, "_apply_cow"):
+                self._wrap_cow(g, mgr)
         shed = getattr(self.sched, "_kvwarm_shed_chains", None)
         if shed is not None:
             self._wrap_shed(shed)
+
+    def _wrap_cow(self, g, mgr):
+        """The forks a registration makes: (group, table index, source) in call order."""
+        orig = mgr._apply_cow
+
+        @functools.wraps(orig)
+        def hooked(request_id, block_idx, source_block, cow_block):
+            self.cows.append((g, int(block_idx), source_block.block_id))
+            return orig(request_id, block_idx, source_block, cow_block)
+
+        mgr._apply_cow = hooked
 
     def _wrap_shed(self, orig):
         @functools.wraps(orig)
@@ -291,11 +307,11 @@ class Recorder:
             cached = getattr(mgr, "num_cached_block", {}).get(shadow)
             if cached is not None:
                 entry["num_cached"] = int(cached)
-            zeroed = set(zero_ids)
-            if tail and not random_group and not (set(tail) & zeroed):
-                # Copy-on-write: every private tail block is a copy of the chain
-                # block at the same index (1.6.1, `_kvwarm_register_shadow`).
-                srcs = chain_t[n_shared : n_shared + len(tail)]
+            # The forks vLLM's `_apply_cow` saw (1.6.1 forks every tail block: from
+            # the chain block at the same index, or from the live block in
+            # live-state mode).
+            srcs = [src for (cg, _, src) in sorted(c for c in self.cows if c[0] == g)]
+            if tail and srcs:
                 entry["cow_from"] = srcs[0]
                 if len(srcs) > 1:
                     entry["cow_more"] = srcs[1:]
@@ -330,7 +346,8 @@ class Recorder:
             drawn = self.owned_draws[g] if g < len(self.owned_draws) else []
             chain_t = list(chain_tables[g])
             entry = {"shared": chain_t[:n_shared], "tail": drawn}
-            srcs = chain_t[n_shared : n_shared + len(drawn)]
+            done = [src for (cg, _, src) in sorted(c for c in self.cows if c[0] == g)]
+            srcs = done or chain_t[n_shared : n_shared + len(drawn)]
             if srcs:
                 entry["cow_from"] = srcs[0]
                 if len(srcs) > 1:

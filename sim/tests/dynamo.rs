@@ -107,9 +107,12 @@ fn record(name: &str, extra: &[&str]) -> Run {
 
 /// The recording replays with every table reproduced and every invariant held.
 fn assert_passes(name: &str, extra: &[&str]) {
-    if !have_env(name) {
-        return;
+    if have_env(name) {
+        passes(name, extra);
     }
+}
+
+fn passes(name: &str, extra: &[&str]) -> Run {
     let run = record(name, extra);
     let stdout = run.stdout();
     assert_eq!(
@@ -136,6 +139,7 @@ fn assert_passes(name: &str, extra: &[&str]) {
         "{}",
         String::from_utf8_lossy(&replay.stdout)
     );
+    run
 }
 
 /// The recording reproduces and `kvsim` reports `id` at `step`.
@@ -186,13 +190,28 @@ fn synthetic_dense_llama_built_in() {
 }
 
 #[test]
-fn chain_async_scheduling() {
-    assert_passes("mm-async", &[]);
+fn chain_async_scheduling_and_the_cost_model_prices_it() {
+    if !have_env("mm-async") {
+        return;
+    }
+    let run = passes("mm-async", &[]);
+    let (plan, pred) = (run.dir.join("plan.json"), run.dir.join("predict.json"));
+    let out = kvsim(
+        &["predict", plan.to_str().unwrap(), "--out", pred.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("16 points"));
 }
 
 #[test]
 fn chain_mla_async_scheduling() {
     assert_passes("mla-async", &[]);
+}
+
+#[test]
+fn chain_random_kda_state_groups() {
+    assert_passes("glm-random-kda", &[]);
 }
 
 #[test]
@@ -285,7 +304,7 @@ fn planner_source_runs_a_working_copy_and_records_which() {
     let copy = dir.join("instrumented_scheduler.py");
     std::fs::write(&copy, &patched).unwrap();
     let copy_arg = copy.display().to_string();
-    let run = assert_finding("builtin:llama31-8b", &["--planner-source", &copy_arg], "DY-RAISED", 1);
+    let run = assert_finding("builtin:llama31-8b", &["--planner-source", &copy_arg], "DY-RAISED", 6);
     let report = run.report();
     assert_eq!(report["planner"]["installed"], false);
     assert_eq!(report["planner"]["source"], copy_arg.as_str());

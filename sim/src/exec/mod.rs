@@ -38,6 +38,8 @@ fn touches_pool(op: &PlanOp) -> bool {
             | PlanOp::InjectPoint { .. }
             | PlanOp::HostWork { .. }
             | PlanOp::EndSweep
+            | PlanOp::Observe(_)
+            | PlanOp::PlannerFailed { .. }
     )
 }
 
