@@ -88,56 +88,44 @@ def dataset_words():
     return [f"w{i:03d}" for i in range(512)]
 
 
-def layer_specs(scenario):
-    """Per-layer vLLM KV-cache specs in layer order (group by group)."""
+def group_spec(g, caching):
+    """The vLLM KV-cache spec of one layer of scenario group `g`."""
     import torch
     from vllm.v1 import kv_cache_interface as kvi
 
-    specs = {}
-    layer = 0
-    dtype = torch.bfloat16
+    kind = g["kind"]
+    attn = {
+        "block_size": int(g["block_size"]),
+        "num_kv_heads": int(g["kv_heads"]),
+        "head_size": int(g["head_dim"]),
+        "dtype": torch.bfloat16,
+    }
+    if kind == KIND_FULL:
+        return kvi.FullAttentionSpec(**attn)
+    if kind == KIND_MLA:
+        return kvi.MLAAttentionSpec(**{**attn, "num_kv_heads": 1})
+    if kind == KIND_SWA:
+        return kvi.SlidingWindowSpec(**attn, sliding_window=int(g["sliding_window"]))
+    if kind == KIND_CHUNKED:
+        return kvi.ChunkedLocalAttentionSpec(**attn, attention_chunk_size=int(g["attention_chunk_size"]))
+    if kind == KIND_MAMBA:
+        return kvi.MambaSpec(
+            block_size=attn["block_size"],
+            shapes=((attn["num_kv_heads"], attn["head_size"]),),
+            dtypes=(attn["dtype"],),
+            mamba_cache_mode="align" if caching else "none",
+        )
+    raise LayoutError(f"unknown group kind {kind!r}")
+
+
+def layer_specs(scenario):
+    """Per-layer vLLM KV-cache specs in layer order (group by group)."""
     caching = bool(scenario["scheduler"]["enable_caching"])
+    specs = {}
     for g in scenario["model"]["groups"]:
-        kind = g["kind"]
-        bs = int(g["block_size"])
-        heads = int(g["kv_heads"])
-        dim = int(g["head_dim"])
+        spec = group_spec(g, caching)
         for _ in range(int(g["layers"])):
-            if kind == KIND_FULL:
-                spec = kvi.FullAttentionSpec(
-                    block_size=bs, num_kv_heads=heads, head_size=dim, dtype=dtype
-                )
-            elif kind == KIND_MLA:
-                spec = kvi.MLAAttentionSpec(
-                    block_size=bs, num_kv_heads=1, head_size=dim, dtype=dtype
-                )
-            elif kind == KIND_SWA:
-                spec = kvi.SlidingWindowSpec(
-                    block_size=bs,
-                    num_kv_heads=heads,
-                    head_size=dim,
-                    dtype=dtype,
-                    sliding_window=int(g["sliding_window"]),
-                )
-            elif kind == KIND_CHUNKED:
-                spec = kvi.ChunkedLocalAttentionSpec(
-                    block_size=bs,
-                    num_kv_heads=heads,
-                    head_size=dim,
-                    dtype=dtype,
-                    attention_chunk_size=int(g["attention_chunk_size"]),
-                )
-            elif kind == KIND_MAMBA:
-                spec = kvi.MambaSpec(
-                    block_size=bs,
-                    shapes=((heads, dim),),
-                    dtypes=(dtype,),
-                    mamba_cache_mode="align" if caching else "none",
-                )
-            else:
-                raise LayoutError(f"unknown group kind {kind!r}")
-            specs[f"model.layers.{layer}.self_attn.attn"] = spec
-            layer += 1
+            specs[f"model.layers.{len(specs)}.self_attn.attn"] = spec
     return specs
 
 

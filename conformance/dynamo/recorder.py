@@ -62,30 +62,11 @@ class Recorder:
 
     # -- hooks ------------------------------------------------------------
 
-    def _wrap(self, obj, name, after):
-        orig = getattr(obj, name)
-        sig = inspect.signature(orig)
-
-        @functools.wraps(orig)
-        def hooked(*args, **kwargs):
-            bound = sig.bind(*args, **kwargs)
-            bound.apply_defaults()
-            outer = self.depth == 0
-            self.depth += 1
-            try:
-                result = orig(*args, **kwargs)
-            finally:
-                self.depth -= 1
-            if outer:
-                after(bound.arguments, result)
-            return result
-
-        setattr(obj, name, hooked)
-
-    def _wrap_planner(self, name, before=None, after=None, owns_pool=False, raised=None):
-        """A planner method recorded as one op (`owns_pool`: its direct pool
-        calls are part of that op), or marking the step (`before`)."""
-        obj = self.sched
+    def _hook(self, obj, name, after=None, before=None, manager=False, owns_pool=False, raised=None):
+        """Wrap `obj.name`. A manager method (`manager`) reports only its outermost
+        call, and the pool calls it makes are its own; a planner method may mark
+        the step (`before`), make one op of its result (`after`) or of its failure
+        (`raised`), and own its direct pool calls (`owns_pool`)."""
         if not hasattr(obj, name):
             return
         orig = getattr(obj, name)
@@ -96,9 +77,10 @@ class Recorder:
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             state = before(bound.arguments) if before else None
+            outer = not manager or self.depth == 0
             if owns_pool:
-                self.owned_draws = []
-                self.cows = []
+                self.owned_draws, self.cows = [], []
+            self.depth += manager
             self.owned += owns_pool
             try:
                 result = orig(*args, **kwargs)
@@ -107,31 +89,34 @@ class Recorder:
                     raised(bound.arguments, exc)
                 raise
             finally:
+                self.depth -= manager
                 self.owned -= owns_pool
-            if after:
-                after(bound.arguments, result, state)
+            if after and outer:
+                after(bound.arguments, result) if manager else after(bound.arguments, result, state)
             return result
 
         setattr(obj, name, hooked)
 
     def _install(self):
         kv = self.kv
-        self._wrap(kv, "get_computed_blocks", self._on_computed_blocks)
-        self._wrap(kv, "allocate_slots", self._on_allocate)
-        self._wrap(kv, "free", self._on_free)
-        self._wrap(kv, "pop_blocks_for_free", self._on_pop_for_free)
-        self._wrap(kv, "cache_blocks", self._on_cache_blocks)
-        self._wrap(kv, "reset_prefix_cache", self._on_reset)
+        for name, after in (
+            ("get_computed_blocks", self._on_computed_blocks),
+            ("allocate_slots", self._on_allocate),
+            ("free", self._on_free),
+            ("pop_blocks_for_free", self._on_pop_for_free),
+            ("cache_blocks", self._on_cache_blocks),
+            ("reset_prefix_cache", self._on_reset),
+        ):
+            self._hook(kv, name, after, manager=True)
         for name in ("get_new_blocks", "free_blocks", "touch"):
-            self._wrap(self.pool, name, functools.partial(self._on_pool, name))
-        self._wrap_planner(
-            "_kvwarm_register_shadow", after=self._on_shadow, owns_pool=True, raised=self._on_shadow_raised
-        )
-        self._wrap_planner("_kvwarm_take_cow_copies", after=self._on_take_cow, owns_pool=True)
-        self._wrap_planner("_bench_inject_fake_decode", before=self._on_inject_fake)
-        self._wrap_planner("_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
-        self._wrap_planner("_bench_make_steady_step", after=self._on_steady)
-        self._wrap_planner("_bench_soft_timeout_elapsed", after=self._on_deadline_check)
+            self._hook(self.pool, name, functools.partial(self._on_pool, name), manager=True)
+        s = self.sched
+        self._hook(s, "_kvwarm_register_shadow", self._on_shadow, owns_pool=True, raised=self._on_shadow_raised)
+        self._hook(s, "_kvwarm_take_cow_copies", self._on_take_cow, owns_pool=True)
+        self._hook(s, "_bench_inject_fake_decode", before=self._on_inject_fake)
+        self._hook(s, "_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
+        self._hook(s, "_bench_make_steady_step", self._on_steady)
+        self._hook(s, "_bench_soft_timeout_elapsed", self._on_deadline_check)
         for g, mgr in enumerate(self.managers):
             if hasattr(mgr, "_apply_cow"):
                 self._wrap_cow(g, mgr)
