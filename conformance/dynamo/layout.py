@@ -228,6 +228,7 @@ def build_configs(scenario, bench, model_dir, options):
         device_config=DeviceConfig(device="cpu"),
         additional_config={"benchmark": benchmark_config(bench, options)},
     )
+    set_cuda_graphs(vllm_config, bench)
     if vllm_config.scheduler_config.disable_hybrid_kv_cache_manager:
         raise LayoutError("the hybrid KV-cache manager is off; the harness must turn it on")
     specs = layer_specs(scenario)
@@ -247,6 +248,20 @@ def build_configs(scenario, bench, model_dir, options):
     # The engine core sets this from the profiled pool; the scheduler reads it.
     vllm_config.cache_config.num_gpu_blocks = kv_config.num_blocks
     return vllm_config, kv_config, block_size
+
+
+def set_cuda_graphs(vllm_config, bench):
+    """The CUDA-graph set-up a GPU engine of the scenario would have: full decode
+    graphs at the scenario's capture sizes, no prefill graphs (kvsim's grid
+    shape). vLLM turns graphs off on a GPU-less platform; the planner's grid only
+    reads the mode and the sizes, so the harness sets them as a GPU would."""
+    from vllm.config.compilation import CUDAGraphMode
+
+    sizes = sorted({int(x) for x in bench.get("decode_capture_sizes", []) if int(x) > 0})
+    cc = vllm_config.compilation_config
+    cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY if sizes else CUDAGraphMode.NONE
+    cc.cudagraph_capture_sizes = sizes
+    cc.max_cudagraph_capture_size = sizes[-1] if sizes else 0
 
 
 def benchmark_config(bench, options):

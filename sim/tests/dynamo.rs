@@ -232,7 +232,7 @@ fn sliding_window_chain_forks_from_the_null_block() {
     if !have_env("gpt-oss-ep") {
         return;
     }
-    let run = assert_finding("gpt-oss-ep", &[], "PL-WINDOW", 9);
+    let run = assert_finding("gpt-oss-ep", &[], "PL-WINDOW", 24);
     let report = run.report();
     assert_eq!(report["status"], "raised");
     assert!(report["traceback"].as_str().unwrap().contains("_apply_cow"), "{report}");
@@ -245,13 +245,13 @@ fn sliding_window_chain_forks_from_the_null_block() {
 
 #[test]
 fn soft_timeout_mid_build() {
-    // 30 virtual ms per step: the 1 s deadline passes while the batch-8 stage builds.
+    // 45 virtual ms per step: the 1 s deadline passes while the batch-8 stage builds.
     // 1.6.1 closes the stage as failed, then still measures one point because none
     // was measured yet (spec/dynamo.md §6: a version difference kvsim reports).
     if !have_env("mm-timeout") {
         return;
     }
-    let run = assert_finding("mm-timeout", &["--clock-scale", "30"], "PL-DEADLINE", 34);
+    let run = assert_finding("mm-timeout", &["--clock-scale", "45"], "PL-DEADLINE", 23);
     let art: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.dir.join("artifact.json")).unwrap()).unwrap();
     assert_eq!(art["status"], "partial");
