@@ -80,69 +80,25 @@ STAMP="$( (echo "${REQS[*]}"; echo "${NVIDIA_REQS[*]}";
           cat "$HERE/cuda_stubs.py" 2>/dev/null || echo "no-stubs";
           echo "${KVSIM_REAL_CUDA_LIBS:-0}") | sha256sum | cut -c1-16)"
 
-log() { echo "[setup_venv] $*" >&2; }
+LOG_TAG=setup_venv
+STUBS="$HERE/cuda_stubs.py"
+INSTALL=("${REQS[@]}")
 
-ready() {
-  [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] && [ -x "$VENV/bin/python" ]
+smoke_test() {
+  log "smoke test: KVCacheManager replay"
+  local smoke tmpt out expect
+  smoke='{"format":"kvtrace/1","config":{"num_blocks":11,"enable_caching":true,"max_model_len":256,"block_size":16,"groups":[{"kind":"full_attention"}]},"ops":[{"op":"add_request","id":"a","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]},{"op":"get_computed_blocks","id":"a"},{"op":"allocate_slots","id":"a","num_new_tokens":17},{"op":"free","id":"a"}]}'
+  tmpt="$(mktemp)"
+  echo "$smoke" > "$tmpt"
+  out="$("$PY" "$HERE/vllm_replay.py" "$tmpt" 2>/dev/null | tail -1)"
+  rm -f "$tmpt"
+  expect='{"cached_block_ids":[1],"cached_blocks":1,"free_blocks":10,"free_queue":[2,3,4,5,6,7,8,9,10,1],"i":3,"op":"free","requests":{},"result":null}'
+  if [ "$out" != "$expect" ]; then
+    log "smoke test failed: got $out"
+    return 1
+  fi
 }
 
-if ready; then
-  echo "$VENV/bin/python"
-  exit 0
-fi
-
-mkdir -p "$(dirname "$VENV")"
-exec 9>"$VENV.lock"
-if command -v flock >/dev/null 2>&1; then flock 9; fi
-if ready; then  # another run finished while we waited
-  echo "$VENV/bin/python"
-  exit 0
-fi
-
-T0=$(date +%s)
-log "building $VENV (marker missing or stale)"
-rm -rf "$VENV"
-"$PYTHON" -m venv "$VENV"
-PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check -q)
-
-log "installing ${#REQS[@]} pinned packages with --no-deps"
-"${PIP[@]}" "${REQS[@]}"
-
-SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-import_torch() { "$PY" -c 'import torch; assert not torch.cuda.is_available(); torch.zeros(1)' >/dev/null 2>&1; }
-
-use_real=1
-if [ "${KVSIM_REAL_CUDA_LIBS:-0}" != "1" ] && [ -f "$HERE/cuda_stubs.py" ] \
-   && command -v gcc >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1; then
-  log "generating CUDA stub libraries into torch/lib"
-  if "$PY" "$HERE/cuda_stubs.py" "$SITE" >&2 && import_torch; then
-    use_real=0
-  else
-    log "stubbed torch does not import; removing stubs"
-    for f in "$SITE"/torch/lib/lib{cuda,cudart,cublas,cublasLt,cudnn,cufft,cufile,cupti,curand,cusolver,cusparse,cusparseLt,nccl,nvrtc,nvshmem_host}.so.*; do
-      [ -e "$f" ] && rm -f "$f"
-    done
-  fi
-fi
-if [ "$use_real" = 1 ]; then
-  log "installing the real nvidia-* runtime wheels (~2 GB)"
-  "${PIP[@]}" "${NVIDIA_REQS[@]}"
-  import_torch || { log "torch still does not import"; "$PY" -c 'import torch'; exit 1; }
-fi
-
-log "smoke test: KVCacheManager replay"
-SMOKE='{"format":"kvtrace/1","config":{"num_blocks":11,"enable_caching":true,"max_model_len":256,"block_size":16,"groups":[{"kind":"full_attention"}]},"ops":[{"op":"add_request","id":"a","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]},{"op":"get_computed_blocks","id":"a"},{"op":"allocate_slots","id":"a","num_new_tokens":17},{"op":"free","id":"a"}]}'
-TMPT="$(mktemp)"
-echo "$SMOKE" > "$TMPT"
-OUT="$("$PY" "$HERE/vllm_replay.py" "$TMPT" 2>/dev/null | tail -1)"
-rm -f "$TMPT"
-EXPECT='{"cached_block_ids":[1],"cached_blocks":1,"free_blocks":10,"free_queue":[2,3,4,5,6,7,8,9,10,1],"i":3,"op":"free","requests":{},"result":null}'
-if [ "$OUT" != "$EXPECT" ]; then
-  log "smoke test failed: got $OUT"
-  exit 1
-fi
-
-echo "$STAMP" > "$MARKER"
-log "done in $(( $(date +%s) - T0 )) s; size $(du -sh "$VENV" | cut -f1); cuda libs: $([ $use_real = 1 ] && echo real || echo stubs)"
-echo "$PY"
+# shellcheck source=venv_build.sh
+source "$HERE/venv_build.sh"
+build_venv

@@ -22,6 +22,13 @@ def block_ids(blocks):
     return [b.block_id for b in blocks]
 
 
+def set_forks(entry, srcs):
+    """A shadow group's copy-on-write sources: `tail[0]`'s, then the rest's."""
+    entry["cow_from"] = srcs[0]
+    if len(srcs) > 1:
+        entry["cow_more"] = srcs[1:]
+
+
 def free_head(pool, n):
     """The next `n` block ids the pool hands out (the free queue's head)."""
     out = []
@@ -271,9 +278,8 @@ class Recorder:
     # -- planner hooks ----------------------------------------------------
 
     def _on_shadow(self, args, result, _state):
-        shadow, chain = args["req_id"], args["chain_id"]
-        ctx, headroom = int(args["ctx_len"]), int(args["headroom"])
-        tables, zero_ids = result
+        shadow, chain, ctx = args["req_id"], args["chain_id"], int(args["ctx_len"])
+        tables, _zeroed = result
         chain_tables = self.kv.get_block_ids(chain)
         random_kda = bool(getattr(self.sched, "_bench_random_kda", False))
         groups = []
@@ -292,30 +298,15 @@ class Recorder:
             cached = getattr(mgr, "num_cached_block", {}).get(shadow)
             if cached is not None:
                 entry["num_cached"] = int(cached)
-            # The forks vLLM's `_apply_cow` saw (1.6.1 forks every tail block: from
-            # the chain block at the same index, or from the live block in
-            # live-state mode).
-            srcs = [src for (cg, _, src) in sorted(c for c in self.cows if c[0] == g)]
+            srcs = self._forks(g)
             if tail and srcs:
-                entry["cow_from"] = srcs[0]
-                if len(srcs) > 1:
-                    entry["cow_more"] = srcs[1:]
+                set_forks(entry, srcs)
                 cow = True
             groups.append(entry)
-        self.ops.append(
-            {
-                "op": "register_shadow",
-                "shadow": shadow,
-                "chain": chain,
-                "ctx": ctx,
-                "headroom": headroom,
-                "tail": "cow" if cow else "zero",
-                "groups": groups,
-                "ok": True,
-                "covered": True,
-                **({"random_state": True} if random_kda else {}),
-            }
-        )
+        op = self._shadow_op(args, groups, ok=True, tail="cow" if cow else "zero")
+        if random_kda:
+            op["random_state"] = True
+        self.ops.append(op)
         self.shadows.add(shadow)
         self.known[shadow] = ctx
 
@@ -323,34 +314,39 @@ class Recorder:
         """The registration raised half-way (1.6.1 stages every group's tail,
         then references and forks group by group): a failed registration with
         what it drew and what it meant to copy; kvsim judges what it left."""
-        shadow, chain, ctx = args["req_id"], args["chain_id"], int(args["ctx_len"])
-        chain_tables = self.kv.get_block_ids(chain)
+        chain_tables = self.kv.get_block_ids(args["chain_id"])
+        ctx = int(args["ctx_len"])
         groups = []
         for g, mgr in enumerate(self.managers):
             n_shared = ctx // int(mgr.block_size)
             drawn = self.owned_draws[g] if g < len(self.owned_draws) else []
             chain_t = list(chain_tables[g])
             entry = {"shared": chain_t[:n_shared], "tail": drawn}
-            done = [src for (cg, _, src) in sorted(c for c in self.cows if c[0] == g)]
-            srcs = done or chain_t[n_shared : n_shared + len(drawn)]
+            srcs = self._forks(g) or chain_t[n_shared : n_shared + len(drawn)]
             if srcs:
-                entry["cow_from"] = srcs[0]
-                if len(srcs) > 1:
-                    entry["cow_more"] = srcs[1:]
+                set_forks(entry, srcs)
             groups.append(entry)
-        self.ops.append(
-            {
-                "op": "register_shadow",
-                "shadow": shadow,
-                "chain": chain,
-                "ctx": ctx,
-                "headroom": int(args["headroom"]),
-                "tail": "cow",
-                "groups": groups,
-                "ok": False,
-                "covered": True,
-            }
-        )
+        self.ops.append(self._shadow_op(args, groups, ok=False, tail="cow"))
+
+    def _forks(self, g):
+        """The sources vLLM's `_apply_cow` forked group `g`'s tail from, in table
+        order (1.6.1 forks every tail block: from the chain block at the same
+        index, or from the live block in live-state mode)."""
+        return [src for (_, _, src) in sorted(c for c in self.cows if c[0] == g)]
+
+    @staticmethod
+    def _shadow_op(args, groups, ok, tail):
+        return {
+            "op": "register_shadow",
+            "shadow": args["req_id"],
+            "chain": args["chain_id"],
+            "ctx": int(args["ctx_len"]),
+            "headroom": int(args["headroom"]),
+            "tail": tail,
+            "groups": groups,
+            "ok": ok,
+            "covered": True,
+        }
 
     def _on_take_cow(self, args, result, _state):
         if result:

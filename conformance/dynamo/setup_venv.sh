@@ -100,69 +100,24 @@ STAMP="$( (echo "${DYNAMO_REQS[*]}"; echo "${REQS[*]}"; echo "${NVIDIA_REQS[*]}"
           cat "$SMOKE";
           echo "${KVSIM_REAL_CUDA_LIBS:-0}") | sha256sum | cut -c1-16)"
 
-log() { echo "[dynamo/setup_venv] $*" >&2; }
+LOG_TAG=dynamo/setup_venv
+INSTALL=("${REQS[@]}" "${DYNAMO_REQS[@]}")
 
-ready() {
-  [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] && [ -x "$VENV/bin/python" ]
+smoke_test() {
+  log "smoke test: InstrumentedScheduler decode sweep on a tiny Mixtral-like config"
+  local err out
+  err="$(mktemp)"
+  if ! out="$("$PY" "$SMOKE" 2>"$err" | tail -1)" \
+     || ! printf '%s' "$out" | grep -q '"ok": true'; then
+    tail -40 "$err" >&2
+    rm -f "$err"
+    log "smoke test failed: got ${out:-nothing}"
+    return 1
+  fi
+  rm -f "$err"
+  log "smoke: $out"
 }
 
-if ready; then
-  echo "$VENV/bin/python"
-  exit 0
-fi
-
-mkdir -p "$(dirname "$VENV")"
-exec 9>"$VENV.lock"
-if command -v flock >/dev/null 2>&1; then flock 9; fi
-if ready; then  # another run finished while we waited
-  echo "$VENV/bin/python"
-  exit 0
-fi
-
-T0=$(date +%s)
-log "building $VENV (marker missing or stale)"
-rm -rf "$VENV"
-"$PYTHON" -m venv "$VENV"
-PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check -q)
-
-log "installing ${#REQS[@]} pinned packages + ${DYNAMO_REQS[*]} with --no-deps"
-"${PIP[@]}" "${REQS[@]}" "${DYNAMO_REQS[@]}"
-
-SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-import_torch() { "$PY" -c 'import torch; assert not torch.cuda.is_available(); torch.zeros(1)' >/dev/null 2>&1; }
-
-use_real=1
-if [ "${KVSIM_REAL_CUDA_LIBS:-0}" != "1" ] && [ -f "$STUBS" ] \
-   && command -v gcc >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1; then
-  log "generating CUDA stub libraries into torch/lib"
-  if "$PY" "$STUBS" "$SITE" >&2 && import_torch; then
-    use_real=0
-  else
-    log "stubbed torch does not import; removing stubs"
-    for f in "$SITE"/torch/lib/lib{cuda,cudart,cublas,cublasLt,cudnn,cufft,cufile,cupti,curand,cusolver,cusparse,cusparseLt,nccl,nvrtc,nvshmem_host}.so.*; do
-      [ -e "$f" ] && rm -f "$f"
-    done
-  fi
-fi
-if [ "$use_real" = 1 ]; then
-  log "installing the real nvidia-* runtime wheels (~3 GB)"
-  "${PIP[@]}" "${NVIDIA_REQS[@]}"
-  import_torch || { log "torch still does not import"; "$PY" -c 'import torch'; exit 1; }
-fi
-
-log "smoke test: InstrumentedScheduler decode sweep on a tiny Mixtral-like config"
-SMOKE_ERR="$(mktemp)"
-if ! OUT="$("$PY" "$SMOKE" 2>"$SMOKE_ERR" | tail -1)" \
-   || ! printf '%s' "$OUT" | grep -q '"ok": true'; then
-  tail -40 "$SMOKE_ERR" >&2
-  rm -f "$SMOKE_ERR"
-  log "smoke test failed: got ${OUT:-nothing}"
-  exit 1
-fi
-rm -f "$SMOKE_ERR"
-log "smoke: $OUT"
-
-echo "$STAMP" > "$MARKER"
-log "done in $(( $(date +%s) - T0 )) s; size $(du -sh "$VENV" | cut -f1); cuda libs: $([ $use_real = 1 ] && echo real || echo stubs)"
-echo "$PY"
+# shellcheck source=../venv_build.sh
+source "$HERE/../venv_build.sh"
+build_venv
