@@ -7,25 +7,13 @@ use serde_json::Value;
 
 use super::model::{Artifact, Point};
 use super::Out;
+use crate::fpm::grid::SampleReason;
 
-/// Sample reasons a recorded 1.6.1 point can carry (`eager_warmup` marks discarded replicas).
-pub const SAMPLE_REASONS: &[&str] = &[
-    "explicit",
-    "imbalance",
-    "capture",
-    "post_capture",
-    "cudagraph_disabled",
-    "geometric_axis",
-    "eager_tail",
-    "geometric_tail",
-    "engine_limit",
-    "context_clamped",
-    "kvwarm_real_kv",
-    "kvwarm_fake_fallback",
-    "prefill_real_seed",
-    "prefill_fake_prefix",
-    "giant_fake_off_by_batch",
-];
+/// Whether a recorded 1.6.1 result row may carry this sample reason: the grid's own vocabulary
+/// (`SampleReason`), less `eager_warmup`, which marks the replicas dropped at save time.
+fn recorded_reason(name: &str) -> bool {
+    name != "eager_warmup" && serde_json::from_value::<SampleReason>(Value::from(name)).is_ok()
+}
 
 fn self_consistent(a: &Artifact, out: &mut Out) {
     let l = &a.limits;
@@ -272,7 +260,7 @@ fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut
     }
 
     for (i, r) in p.sample_reasons.iter().enumerate() {
-        if !SAMPLE_REASONS.contains(&r.as_str()) {
+        if !recorded_reason(r) {
             out.push(
                 "AU-POINT-REASON",
                 format!("{path}.sample_reasons[{i}]"),
