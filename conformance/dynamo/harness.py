@@ -3,11 +3,13 @@
 CPU over a kvsim scenario, and record it as a kvsim-plan/1 plan.
 
     python harness.py --request REQUEST.json --out-dir DIR
+    python harness.py --serve          # many requests, one import (worker.py)
 
 REQUEST.json (written by `kvsim dynamo run`, format `kvsim-dynamo-request/1`):
   {"format": ..., "scenario": <a kvsim scenario file: name, scenario, bench>,
    "options": {"warmup": true, "live_state": false, "max_steps": N,
-               "planner_source": null | PATH, "clock_scale": 1.0}}
+               "planner_source": null | PATH, "clock_scale": 1.0,
+               "delay_outputs": null | {"step": S, "by": K}}}
 
 DIR receives plan.json, artifact.json (the planner's own artifact, run id and
 wall-clock stamps normalised) and report.json. A Python exception inside the
@@ -158,6 +160,10 @@ def normalise_artifact(raw, work_dir):
                     out[k] = "<wall-clock>"
                 elif k == "run_id" and isinstance(x, str):
                     out[k] = "<run-id>"
+                elif k == "synchronization" and isinstance(x, dict) and isinstance(x.get("port"), int):
+                    # Attention-DP: the synchronizer's port is a free one, per run; 0
+                    # stands for it (still an integer, as the artifact schema says).
+                    out[k] = {**walk(x), "port": 0}
                 else:
                     out[k] = walk(x)
             return out
@@ -181,6 +187,7 @@ class Runner:
         self.vocab = int(self.scenario["model"]["vocab_size"])
         self.report = {"format": REPORT_FORMAT, "scenario": self.builtin["name"]}
         self.runner_tables = {}
+        self.dp = None  # attention-DP: every rank's scheduler (dp.Group)
 
     # -- setup ------------------------------------------------------------
 
@@ -207,7 +214,9 @@ class Runner:
         os.environ["DYN_BENCH_KV_WARMUP"] = "on" if self.options.get("warmup", True) else "off"
         os.environ["DYN_BENCH_GIANT_KV_THRESHOLD"] = str(int(self.bench.get("giant_kv_threshold", 1_000_000)))
         os.environ["DYN_BENCH_GIANT_KV_REPEATS"] = str(int(self.bench.get("giant_kv_repeats", 3)))
-        os.environ["DYN_FORWARDPASS_METRIC_PORT"] = str(free_port(max(1, int(self.scenario.get("dp_ranks", 1)))))
+        # One FPM publisher port per rank, then the DP synchronizer's (base + dp_size).
+        dp_ranks = max(1, int(self.scenario.get("dp_ranks", 1)))
+        os.environ["DYN_FORWARDPASS_METRIC_PORT"] = str(free_port(dp_ranks + (dp_ranks > 1)))
         if int(self.scenario["scheduler"]["max_model_len"]) > 0:
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
 
@@ -238,6 +247,19 @@ class Runner:
             "kv_cache_config": "vllm.v1.core.kv_cache_utils.get_kv_cache_configs",
         }
 
+        if dp_ranks > 1 and self.options.get("defer_block_free"):
+            raise layout.LayoutError("defer_block_free is single-rank only")
+        if dp_ranks > 1:
+            import dp
+
+            self.dp = dp.Group(self)
+            self.dp.build(module, layout, model_dir, work)
+            self.recorded_groups = self.dp.recorded_groups
+            self.raw_artifact = self.dp.ranks[0].raw_artifact
+            self.sched, self.rec = self.dp.ranks[0].sched, self.dp.ranks[0].rec
+            return
+        if self.options.get("message_lag") is not None:
+            raise layout.LayoutError("message_lag needs attention-DP (dp_ranks > 1)")
         vllm_config, kv_config, block_size = layout.build_configs(
             self.scenario, self.bench, model_dir, self.options
         )
@@ -254,6 +276,17 @@ class Runner:
         from recorder import Recorder
 
         self.rec = Recorder(self.sched, self.vocab)
+        # The soft deadline on the harness's clock, with the timeout layout.py gives the planner.
+        self.rec.set_soft_timeout(self.clock, int(self.bench.get("timeout_seconds", 900)))
+        if self.options.get("defer_block_free"):
+            # What vLLM 0.31's Scheduler.__init__ sets for a KV-consumer connector
+            # (Dynamo's disaggregated decode worker: NIXL, kv_consumer) when batches
+            # overlap (max_concurrent_batches > 1): the deferred-free fence only. No
+            # connector is built; nothing loads KV (spec/dynamo.md §2).
+            if vllm_config.max_concurrent_batches <= 1:
+                raise layout.LayoutError("defer_block_free needs overlapping batches (async_scheduling)")
+            self.sched.defer_block_free = True
+            self.report["vllm_settings"]["defer_block_free"] = True
 
     # -- driving ----------------------------------------------------------
 
@@ -305,7 +338,20 @@ class Runner:
                     break
         return "; ".join(problems) if problems else None
 
+    def extra_in_flight(self, step, async_depth):
+        """Delayed outputs (`options.delay_outputs` = {step, by}, async only): from
+        `step`, `by` more batches stay in flight for `by` steps — the batch queue
+        of a pipelined engine (vLLM's max_concurrent_batches > 2); then the late
+        outputs land together."""
+        d = self.options.get("delay_outputs")
+        if not d or async_depth < 2:
+            return 0
+        start, by = int(d["step"]), int(d["by"])
+        return by if start <= step < start + by else 0
+
     def run(self):
+        if self.dp is not None:
+            return self.dp.run()
         sched, rec = self.sched, self.rec
         async_depth = 2 if self.scenario["scheduler"].get("async_scheduling") else 1
         max_steps = int(self.options.get("max_steps", 20000))
@@ -327,7 +373,7 @@ class Runner:
                 # kvsim's nominal step cost (plan::nominal_step_ns) drives the clock.
                 self.clock.advance(scale * (1_000_000 + 20 * tokens) / 1e9)
                 queue.append((output, mro))
-                if len(queue) >= async_depth:
+                while len(queue) >= async_depth + self.extra_in_flight(rec.step, async_depth):
                     done, done_mro = queue.pop(0)
                     rec.process_outputs(lag=len(queue))
                     sched.update_from_output(done, done_mro)
@@ -379,18 +425,19 @@ class Runner:
         plan = {
             "format": "kvsim-plan/1",
             "scenario": scenario,
-            "steps": self.rec.steps,
+            "steps": self.dp.steps() if self.dp else self.rec.steps,
             "source": {
                 "planner": "dynamo",
                 "version": self.report["planner"]["version"],
                 "vllm": self.report["planner"]["vllm"],
                 "source_sha256": self.report["planner"]["source_sha256"],
                 "installed": self.report["planner"]["installed"],
-                "points": self.rec.points,
+                "points": self.dp.points() if self.dp else self.rec.points,
             },
         }
-        if self.rec.faults:
-            plan["faults"] = self.rec.faults
+        faults = self.dp.faults() if self.dp else self.rec.faults
+        if faults:
+            plan["faults"] = faults
         return plan
 
     def write(self):
@@ -408,6 +455,14 @@ class Runner:
             self.report["artifact_status"] = artifact.get("status")
             self.report["artifact_error"] = artifact.get("error")
         self.report["points"] = len(self.rec.points)
+        for rk in self.dp.ranks[1:] if self.dp else ():
+            # Rank 0's artifact is artifact.json; every other rank's its own.
+            if os.path.exists(rk.raw_artifact):
+                with open(rk.raw_artifact) as f:
+                    other = normalise_artifact(json.load(f), os.path.join(self.out_dir, "work"))
+                with open(os.path.join(self.out_dir, f"artifact.rank{rk.index}.json"), "w") as f:
+                    json.dump(other, f, indent=1, sort_keys=True)
+                self.report["dp"]["rank_reports"][rk.index]["artifact_status"] = other.get("status")
         with open(os.path.join(self.out_dir, "report.json"), "w") as f:
             json.dump(self.report, f, indent=1, sort_keys=True)
 
@@ -425,35 +480,47 @@ def package_version(name):
         return "unknown"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--request", required=True)
-    ap.add_argument("--out-dir", required=True)
-    args = ap.parse_args()
-    with open(args.request) as f:
-        request = json.load(f)
-    if request.get("format") != REQUEST_FORMAT:
-        print(f"harness: {args.request} is not a {REQUEST_FORMAT} request", file=sys.stderr)
-        return 2
-    os.makedirs(args.out_dir, exist_ok=True)
+def run_request(request, out_dir):
+    """Record one request into `out_dir`; the exit code the CLI mode returns."""
+    os.makedirs(out_dir, exist_ok=True)
     logging.disable(logging.WARNING)
     t0 = real_time.monotonic()
-    runner = Runner(request, args.out_dir)
+    runner = Runner(request, out_dir)
     try:
         import layout
 
         try:
             runner.setup()
         except layout.LayoutError as exc:
-            return fail(args.out_dir, "layout", str(exc), EXIT_BAD_LAYOUT)
+            return fail(out_dir, "layout", str(exc), EXIT_BAD_LAYOUT)
     except Exception as exc:
-        return fail(args.out_dir, "setup", f"{type(exc).__name__}: {exc}", 1, traceback.format_exc())
+        return fail(out_dir, "setup", f"{type(exc).__name__}: {exc}", 1, traceback.format_exc())
     t1 = real_time.monotonic()
     runner.run()
     runner.report["setup_seconds"] = round(t1 - t0, 3)
     runner.report["run_seconds"] = round(real_time.monotonic() - t1, 3)
     runner.write()
     return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--request")
+    ap.add_argument("--out-dir")
+    ap.add_argument("--serve", action="store_true", help="serve requests as JSON lines (worker.py)")
+    args = ap.parse_args()
+    if args.serve:
+        import worker
+
+        return worker.serve(run_request, REQUEST_FORMAT)
+    if not (args.request and args.out_dir):
+        ap.error("--request and --out-dir are required (or --serve)")
+    with open(args.request) as f:
+        request = json.load(f)
+    if request.get("format") != REQUEST_FORMAT:
+        print(f"harness: {args.request} is not a {REQUEST_FORMAT} request", file=sys.stderr)
+        return 2
+    return run_request(request, args.out_dir)
 
 
 def fail(out_dir, stage, message, code, tb=None):

@@ -150,7 +150,7 @@ def kind_of(spec):
 
 
 def build_configs(scenario, bench, model_dir, options):
-    """(VllmConfig, KVCacheConfig) for one rank of the scenario."""
+    """(VllmConfig, KVCacheConfig) for one rank (`options["rank"]`) of the scenario."""
     from vllm.config import (
         CacheConfig,
         DeviceConfig,
@@ -166,11 +166,10 @@ def build_configs(scenario, bench, model_dir, options):
 
     sched = scenario["scheduler"]
     groups = scenario["model"]["groups"]
-    if int(scenario.get("dp_ranks", 1)) != 1:
-        raise LayoutError(
-            f"attention-DP ({scenario['dp_ranks']} ranks) needs one real scheduler per rank "
-            "exchanging stage rounds over ZMQ; this harness runs one rank"
-        )
+    dp_ranks = int(scenario.get("dp_ranks", 1))
+    rank = int(options.get("rank", 0))
+    if dp_ranks < 1 or not 0 <= rank < dp_ranks:
+        raise LayoutError(f"rank {rank} of {dp_ranks} attention-DP ranks")
     if bool(bench.get("expert_parallel")) and int(scenario["model"].get("experts", 0)) == 0:
         raise LayoutError("vLLM refuses expert parallelism on a dense model")
     block_sizes = {int(g["block_size"]) for g in groups}
@@ -209,11 +208,16 @@ def build_configs(scenario, bench, model_dir, options):
         async_scheduling=bool(sched.get("async_scheduling", False)),
         is_encoder_decoder=False,
     )
+    # Attention-DP (dp.py): one config per rank, the rank in both fields a DP
+    # engine core sets (1.6.1's `_resolve_dp_rank` reads `data_parallel_index`);
+    # the synchronizer's master is loopback.
     parallel_config = ParallelConfig(
         enable_expert_parallel=bool(bench.get("expert_parallel", False)),
-        data_parallel_size=int(scenario.get("dp_ranks", 1)),
-        data_parallel_rank=int(options.get("rank", 0)),
+        data_parallel_size=dp_ranks,
+        data_parallel_rank=rank,
     )
+    parallel_config.data_parallel_index = rank
+    parallel_config.data_parallel_master_ip = "127.0.0.1"
     if bench.get("random_kda"):
         # Random KDA needs Dynamo's benchmark worker on every rank (it fills the
         # private state slots); the scheduler only checks the name.
@@ -238,7 +242,10 @@ def build_configs(scenario, bench, model_dir, options):
 
     resolve_kv_cache_layout(vllm_config, [["LBNHC", "LBHNC"]], specs.values())
     huge = 1 << 60
-    kv_configs = get_kv_cache_configs(vllm_config, [specs], [huge])
+    try:
+        kv_configs = get_kv_cache_configs(vllm_config, [specs], [huge])
+    except ValueError as exc:  # vLLM refuses the pool (e.g. too small for one request)
+        raise LayoutError(f"vLLM refuses the KV cache: {str(exc).splitlines()[0][:200]}") from exc
     kv_config = generate_scheduler_kv_cache_config(kv_configs)
     if kv_config.num_blocks != int(scenario["pool_blocks"]):
         raise LayoutError(

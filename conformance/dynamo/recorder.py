@@ -58,6 +58,12 @@ class Recorder:
         self.shedding = False
         self.faults = []
         self.deadline_seen = False
+        # (clock, timeout seconds) of the harness, when it keeps the clock: the
+        # deadline is then the harness's own (start + timeout), not the planner's
+        # sampling of it (`set_soft_timeout`).
+        self.soft_timeout = None
+        self.deadline = None  # virtual-clock deadline, once the planner's timer started
+        self.deadline_due = None  # the first step that starts at or after it
         self.point = None  # benchmark point index whose steps are timed
         self.points = []  # injected points: {"point", "batch", "context_lengths", "kind"}
         self.timed_step = False
@@ -65,6 +71,12 @@ class Recorder:
         self.last_tables = {}
         self.owned_draws = []  # get_new_blocks results inside an owned planner method
         self.cows = []  # _apply_cow calls inside an owned planner method
+        self.owned_refs = []  # touch / free_blocks block ids inside an owned planner method
+        self.fenced_cow = set()  # copy-on-write retentions released through the fence, pending
+        # Attention-DP: every step and point names its rank (spec/plan.md §3);
+        # a single-rank recording stays as it was.
+        self.rank = int(getattr(sched, "_fpm_dp_rank", 0) or 0)
+        self.dp = int(getattr(sched, "_bench_dp_size", 1) or 1) > 1
         self._install()
 
     # -- hooks ------------------------------------------------------------
@@ -86,7 +98,7 @@ class Recorder:
             state = before(bound.arguments) if before else None
             outer = not manager or self.depth == 0
             if owns_pool:
-                self.owned_draws, self.cows = [], []
+                self.owned_draws, self.cows, self.owned_refs = [], [], []
             self.depth += manager
             self.owned += owns_pool
             try:
@@ -119,11 +131,15 @@ class Recorder:
             self._hook(self.pool, name, functools.partial(self._on_pool, name), manager=True)
         s = self.sched
         self._hook(s, "_kvwarm_register_shadow", self._on_shadow, owns_pool=True, raised=self._on_shadow_raised)
-        self._hook(s, "_kvwarm_take_cow_copies", self._on_take_cow, owns_pool=True)
+        self._hook(s, "_kvwarm_take_cow_copies", self._on_take_cow, owns_pool=True, before=self._deferred_count)
+        # `defer_block_free`: the fence's releases are kvsim's `process_outputs`
+        # (fenced `finish`); a fenced copy-on-write release is a `release_cow`.
+        self._hook(s, "_drain_deferred_frees", self._on_drain, owns_pool=True, before=self._deferred_ids)
         self._hook(s, "_bench_inject_fake_decode", before=self._on_inject_fake)
         self._hook(s, "_kvwarm_inject_borrowed", before=self._on_inject_borrowed)
         self._hook(s, "_bench_make_steady_step", self._on_steady)
         self._hook(s, "_bench_soft_timeout_elapsed", self._on_deadline_check)
+        self._hook(s, "_bench_start_timing", before=self._on_start_timing)
         for g, mgr in enumerate(self.managers):
             if hasattr(mgr, "_apply_cow"):
                 self._wrap_cow(g, mgr)
@@ -268,6 +284,9 @@ class Recorder:
         if self.owned:
             if name == "get_new_blocks":
                 self.owned_draws.append(block_ids(result))
+            else:
+                blocks = args.get("blocks", args.get("ordered_blocks", ()))
+                self.owned_refs.append((name, block_ids(blocks)))
             return
         # A pool call outside every manager method and recognised planner
         # method: a hand edit kvsim has no op for.
@@ -314,6 +333,12 @@ class Recorder:
         """The registration raised half-way (1.6.1 stages every group's tail,
         then references and forks group by group): a failed registration with
         what it drew and what it meant to copy; kvsim judges what it left."""
+        if self._rolled_back(args["req_id"]):
+            # 1.6.1's staging loop raised: every tail it drew went back to the pool,
+            # nothing was referenced and no table written. The failed registration
+            # left nothing (`groups: []`), which is what kvsim's engine judges.
+            self.ops.append(self._shadow_op(args, [], ok=False, tail="cow"))
+            return
         chain_tables = self.kv.get_block_ids(args["chain_id"])
         ctx = int(args["ctx_len"])
         groups = []
@@ -327,6 +352,17 @@ class Recorder:
                 set_forks(entry, srcs)
             groups.append(entry)
         self.ops.append(self._shadow_op(args, groups, ok=False, tail="cow"))
+
+    def _rolled_back(self, shadow):
+        """Whether a raising registration undid itself: no block referenced, no
+        copy-on-write, every drawn block freed again, no table for the shadow."""
+        if self.cows or any(name == "touch" for name, _ in self.owned_refs):
+            return False
+        drawn = sorted(b for d in self.owned_draws for b in d)
+        freed = sorted(b for name, ids in self.owned_refs if name == "free_blocks" for b in ids)
+        if drawn != freed:
+            return False
+        return not any(mgr.req_to_blocks.get(shadow) for mgr in self.managers)
 
     def _forks(self, g):
         """The sources vLLM's `_apply_cow` forked group `g`'s tail from, in table
@@ -348,13 +384,46 @@ class Recorder:
             "covered": True,
         }
 
-    def _on_take_cow(self, args, result, _state):
-        if result:
-            self.ops.append({"op": "release_cow"})
+    def _deferred_count(self, _args):
+        return len(getattr(self.sched, "deferred_frees", ()))
+
+    def _on_take_cow(self, args, result, before):
+        if not result:
+            return
+        deferred = list(getattr(self.sched, "deferred_frees", ()))[before:]
+        if deferred and not any(name == "free_blocks" for name, _ in self.owned_refs):
+            # Released through the deferred-free fence (`_free_cow_retained_blocks`
+            # under `defer_block_free`): the release happens where the fence drains.
+            self.fenced_cow.update(b.block_id for _, blocks in deferred for b in blocks)
+            return
+        self.ops.append({"op": "release_cow"})
+
+    def _deferred_ids(self, _args):
+        return [{b.block_id for b in blocks} for _, blocks in getattr(self.sched, "deferred_frees", ())]
+
+    def _on_drain(self, args, result, before):
+        # The fence frees its queue's head: what left the queue was freed.
+        left = len(getattr(self.sched, "deferred_frees", ()))
+        freed = set().union(*before[: len(before) - left]) if len(before) > left else set()
+        if not (freed & self.fenced_cow):
+            return
+        self.fenced_cow -= freed
+        op = {"op": "release_cow"}
+        ends = [i for i, o in enumerate(self.ops) if o["op"] == "end_timed"]
+        if self.timed_step and ends:
+            # The update that drains it runs inside this step's measured
+            # inter-update window (async: the previous step's output is processed
+            # after this step's forward): kvsim's plan has it inside the window.
+            self.ops.insert(ends[-1], op)
+        else:
+            self.ops.append(op)
 
     def _new_point(self, lengths, kind):
         point = len(self.points)
-        self.points.append({"point": point, "step": self.step, "batch": len(lengths), "context_lengths": [int(c) for c in lengths], "kind": kind})
+        entry = {"point": point, "step": self.step, "batch": len(lengths), "context_lengths": [int(c) for c in lengths], "kind": kind}
+        if self.dp:
+            entry["rank"] = self.rank
+        self.points.append(entry)
         self.point = point
         self.timed_step = True
         self.ops.append({"op": "inject_point", "point": point})
@@ -369,7 +438,31 @@ class Recorder:
         if result is not None and self.point is not None:
             self.timed_step = True
 
+    def set_soft_timeout(self, clock, timeout_seconds):
+        """Take the soft deadline from the harness's virtual clock: the planner's
+        timer starts at its first `_bench_start_timing` (the `time.monotonic()` read
+        that opens the window), the deadline is that plus the configured timeout,
+        and it passes at the first step that starts at or after it, whether or not
+        the planner samples it there."""
+        self.soft_timeout = (clock, float(timeout_seconds))
+
+    def _on_start_timing(self, args):
+        if self.soft_timeout is None or self.deadline is not None:
+            return
+        if getattr(self.sched, "_bench_start_monotonic", None) is not None:
+            return
+        clock, timeout = self.soft_timeout
+        self.deadline = clock.monotonic() + timeout
+        if clock.monotonic() >= self.deadline:
+            self._deadline_fault(self.step)
+
+    def _deadline_fault(self, step):
+        self.deadline_seen = True
+        self.faults.append({"fault": "soft_timeout", "step": step})
+
     def _on_deadline_check(self, args, result, _state):
+        if self.deadline is not None:
+            return  # the harness's clock decides (`set_soft_timeout`)
         if result and not self.deadline_seen:
             self.deadline_seen = True
             # The planner acts on the deadline from here on; an injection or a
@@ -438,7 +531,15 @@ class Recorder:
         self.ops.append(op)
 
     def end_step(self):
-        self.steps.append({"step": self.step, "ops": self.ops})
+        if self.deadline_due is not None and not self.deadline_seen and self.deadline_due <= self.step:
+            self._deadline_fault(self.deadline_due)
+        if self.deadline is not None and self.deadline_due is None and self.soft_timeout[0].monotonic() >= self.deadline:
+            # The clock has passed the deadline: the next step starts after it.
+            self.deadline_due = self.step + 1
+        step = {"step": self.step, "ops": self.ops}
+        if self.dp:
+            step["rank"] = self.rank
+        self.steps.append(step)
         self.ops = []
         self.step += 1
         self.hits.clear()

@@ -373,10 +373,20 @@ fn a_layout_the_real_planner_cannot_take_exits_2() {
     if !have_env("layout") {
         return;
     }
+    // Groups of two block sizes: the harness builds one cache_config.block_size.
+    // (Attention-DP, refused here before, is recorded now: sim/tests/dynamo_dp.rs.)
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scenario_file("mm-async")).unwrap()).unwrap();
+    let mut g = s["scenario"]["model"]["groups"][0].clone();
+    g["block_size"] = 32.into();
+    s["scenario"]["model"]["groups"].as_array_mut().unwrap().push(g);
+    let dir = tmp_dir("two-block-sizes");
+    let file = dir.join("two-block-sizes.json");
+    std::fs::write(&file, serde_json::to_vec(&s).unwrap()).unwrap();
     assert_bad_input(
-        &["--scenario", "inkling-tp4-dp2"],
+        &["--scenario-file", file.to_str().unwrap()],
         &[],
-        "the real planner cannot take scenario inkling-tp4-dp2: attention-DP",
+        "the real planner cannot take scenario mm-async: groups with different block sizes",
     );
 }
 

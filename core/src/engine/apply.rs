@@ -300,6 +300,13 @@ impl Engine {
     ) -> Result<OpOutcome, Mismatch> {
         let r = self.req(id)?;
         let admitting = r.req.status != RequestStatus::Running;
+        // A stage build (a chain rung or a native exact-context prefill: a request
+        // prefilling its own prompt, neither a shadow nor on synthetic KV) neither
+        // starts nor continues after the soft deadline (§1.12, §3.3 step 4; §8.2 bug 5).
+        let stage_after_deadline = self.deadline_passed
+            && r.shadow_of.is_none()
+            && r.synthetic_upto == 0
+            && r.req.num_computed_tokens < r.req.num_prompt_tokens;
         let hits =
             (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
@@ -336,6 +343,16 @@ impl Engine {
             .allocate_slots(&request, args)
             .map_err(|e| Mismatch(e.to_string()))?;
         let mut out = OpOutcome::default();
+        if stage_after_deadline {
+            out.violations.push(Self::violation(
+                "PL-DEADLINE",
+                format!(
+                    "{id}: {} prompt tokens {} after the soft deadline passed (a stage build keeps going)",
+                    n,
+                    if admitting { "admitted" } else { "scheduled" }
+                ),
+            ));
+        }
         match (got, expect.refused) {
             (None, true) => {
                 out.result = "refused".into();
@@ -552,18 +569,22 @@ impl Engine {
                 }
             }
             r.req.num_computed_tokens = end;
-            if !e.output.is_empty() {
-                if self.scenario.scheduler.async_scheduling || self.output_delay > 0 {
-                    r.req.num_output_placeholders += e.output.len() as u64;
-                    self.pending_outputs.push(PendingOutput {
-                        step_seq: self.step_seq,
-                        land_seq: self.step_seq + self.output_delay,
-                        req: e.req.clone(),
-                        tokens: e.output.clone(),
-                    });
-                } else {
-                    r.req.append_output(&e.output);
-                }
+            if self.scenario.scheduler.async_scheduling || self.output_delay > 0 {
+                // The step's result lands later for every request it scheduled,
+                // partial prefill chunks included: until then its tokens are in
+                // flight, and vLLM frees out-of-window blocks only below the
+                // processed tokens (vllm_kv.md, skipped-block freeing).
+                r.req.num_output_placeholders += e.output.len() as u64;
+                r.req.num_in_flight_tokens += e.tokens;
+                self.pending_outputs.push(PendingOutput {
+                    step_seq: self.step_seq,
+                    land_seq: self.step_seq + self.output_delay,
+                    req: e.req.clone(),
+                    tokens: e.output.clone(),
+                    scheduled: e.tokens,
+                });
+            } else if !e.output.is_empty() {
+                r.req.append_output(&e.output);
             }
         }
         out.result = format!("forward {}", batch.len());
@@ -616,6 +637,7 @@ impl Engine {
         for p in landing {
             if let Some(r) = self.requests.get_mut(&p.req) {
                 r.req.num_output_placeholders -= p.tokens.len() as u64;
+                r.req.num_in_flight_tokens -= p.scheduled;
                 r.req.append_output(&p.tokens);
             }
         }
@@ -819,7 +841,7 @@ impl Engine {
                 out.violations.push(Self::violation(
                     "PL-COVERAGE",
                     format!(
-                        "shadow {shadow} of a covered point failed to register (its tail blocks were not reserved)"
+                        "shadow {shadow} of a covered point failed to register (the plan did not reserve what it needs: its tail blocks, or a chain deep enough)"
                     ),
                 ));
             }

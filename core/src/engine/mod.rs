@@ -45,7 +45,10 @@ pub struct PendingOutput {
     pub step_seq: u64,
     pub land_seq: u64,
     pub req: String,
+    /// Sampled tokens (none for a partial prefill chunk).
     pub tokens: Vec<u64>,
+    /// Tokens the step scheduled for the request (in flight until it lands).
+    pub scheduled: u64,
 }
 
 /// Blocks detached by a fenced free, held until their step's outputs are processed.

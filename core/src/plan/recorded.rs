@@ -39,6 +39,13 @@ pub struct RecordedPoint {
     pub context_lengths: Vec<u64>,
     /// `synthetic` (fake KV) or `shadow` (borrowed from a warm-up chain).
     pub kind: String,
+    /// The attention-DP rank that injected it (every rank injects every point).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The real manager's state at the end of a step.

@@ -74,7 +74,7 @@ impl CaseOutcome {
 }
 
 /// Steps and nominal duration of a plan (the executor's clock).
-fn extent(plan: &Plan) -> (u64, u64) {
+pub fn extent(plan: &Plan) -> (u64, u64) {
     let mut per_step: BTreeMap<u64, u64> = BTreeMap::new();
     for st in &plan.steps {
         *per_step.entry(st.step).or_default() += forward_tokens(&st.ops);

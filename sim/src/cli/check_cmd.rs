@@ -44,9 +44,23 @@ pub struct CheckArgs {
     /// Print the report as JSON (byte-identical for the same flags; no timings).
     #[arg(long)]
     pub json: bool,
+    /// Whose plans to check: kvsim's own planners (default), or `dynamo`, the shipped
+    /// ai-dynamo 1.6.1 planner run by the harness (its environment must be installed).
+    #[arg(long, default_value = "kvsim", value_parser = ["kvsim", "dynamo"])]
+    pub planner: String,
+    /// With --planner dynamo: harness workers run at once (default: the machine's cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// With --planner dynamo: swarm this working copy of `instrumented_scheduler.py`.
+    #[arg(long)]
+    pub planner_source: Option<PathBuf>,
+    /// With --planner dynamo: wall-clock seconds one case may take before it is killed
+    /// and reported as hung.
+    #[arg(long, default_value_t = 120)]
+    pub harness_timeout: u64,
 }
 
-fn parse_shard(s: &str) -> Result<(u64, u64), CliError> {
+pub fn parse_shard(s: &str) -> Result<(u64, u64), CliError> {
     let bad = || CliError::Input(format!("--shard {s:?}: expected K/N with 1 ≤ K ≤ N"));
     let (k, n) = s.split_once('/').ok_or_else(bad)?;
     let (k, n): (u64, u64) = (
@@ -85,6 +99,14 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<CheckConfig, CliError> {
 }
 
 pub fn run(a: CheckArgs) -> Result<ExitCode, CliError> {
+    if a.planner == "dynamo" {
+        return super::check_dynamo::run(&a);
+    }
+    if a.jobs.is_some() || a.planner_source.is_some() {
+        return Err(CliError::Input(
+            "--jobs and --planner-source apply to --planner dynamo only".into(),
+        ));
+    }
     let mutants = match a.mutant.as_deref() {
         None => None,
         Some("all") => Some(Mutant::all()),

@@ -11,7 +11,8 @@ use kvsim_core::fpm::scenarios::validate_scenario;
 
 use super::{say, CliError};
 use crate::dynamo::diff::{compare, Facts};
-use crate::dynamo::{record, RecordOptions, Recording};
+use crate::dynamo::mutants::{patched_copy, select};
+use crate::dynamo::{audit_error, record, RecordError, RecordOptions, Recording};
 use crate::exec::{run_plan, Outcome, RunReport};
 use crate::output::write_atomic;
 use crate::sweep::run_sweep_with;
@@ -65,6 +66,32 @@ pub struct ScenarioArgs {
     /// Wall-clock seconds before the harness is killed (exit 2, nothing written).
     #[arg(long, default_value_t = 900)]
     pub harness_timeout: u64,
+    /// STEP:BY — async only: from STEP, BY more batches stay in flight for BY steps
+    /// (a pipelined engine's batch queue), then their outputs land together.
+    #[arg(long, value_parser = parse_pair)]
+    pub delay_outputs: Option<(u64, u64)>,
+    /// RANK:STEPS — attention-DP only: RANK's synchronizer messages reach their peer
+    /// STEPS lock-step steps late (a lagging channel; recorded as a `message_lag` fault).
+    #[arg(long, value_parser = parse_pair)]
+    pub message_lag: Option<(u64, u64)>,
+    /// Async only: the scheduler's `defer_block_free` on, as vLLM sets it with a
+    /// KV-consumer connector (a disaggregated decode worker): frees of requests whose
+    /// step is in flight wait behind the deferred-free fence.
+    #[arg(long)]
+    pub defer_block_free: bool,
+    /// Run the installed planner with this seed-bug patch applied to a copy
+    /// (`conformance/dynamo/mutants/`, `kvsim check --planner dynamo --mutant all`).
+    #[arg(long, conflicts_with = "planner_source")]
+    pub mutant: Option<String>,
+}
+
+fn parse_pair(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("{s:?}: expected A:B with two whole numbers");
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 #[derive(Args, Debug)]
@@ -105,19 +132,57 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
         )));
     }
     validate_scenario(&s).map_err(|e| CliError::Input(format!("scenario {}: {e}", s.name)))?;
+    if let Some((_, 0)) = a.delay_outputs {
+        return Err(CliError::Input("--delay-outputs STEP:BY needs BY >= 1".into()));
+    }
+    if a.delay_outputs.is_some() && !s.scenario.scheduler.async_scheduling {
+        return Err(CliError::Input(
+            "--delay-outputs needs a scenario with async_scheduling (outputs in flight)".into(),
+        ));
+    }
+    let message_lag = match a.message_lag {
+        None => None,
+        Some((rank, steps)) if rank < u64::from(s.scenario.dp_ranks) && s.scenario.dp_ranks > 1 => {
+            Some((rank as u32, steps))
+        }
+        Some((rank, _)) => {
+            return Err(CliError::Input(format!(
+                "--message-lag {rank}:STEPS needs an attention-DP scenario with rank {rank} (it has {} ranks)",
+                s.scenario.dp_ranks
+            )))
+        }
+    };
+    // A mutant runs from a patched copy that lives as long as the recording.
+    let scratch = match &a.mutant {
+        Some(_) => Some(TempDir::new()?),
+        None => None,
+    };
+    let planner_source = match (&a.mutant, &scratch) {
+        (Some(name), Some(dir)) => {
+            let m = select(name).map_err(CliError::Input)?.remove(0);
+            Some(patched_copy(&m, &dir.0).map_err(CliError::Input)?)
+        }
+        _ => a.planner_source.clone(),
+    };
     let opts = RecordOptions {
         warmup: !a.no_warmup,
         live_state: a.live_state,
-        planner_source: a.planner_source.clone(),
+        planner_source,
         max_steps: a.max_steps,
         clock_scale: a.clock_scale,
         timeout: Duration::from_secs(a.harness_timeout),
+        delay_outputs: a.delay_outputs,
+        message_lag,
+        defer_block_free: a.defer_block_free,
     };
     eprintln!(
         "kvsim dynamo: running the real planner over {} (importing vLLM takes ~10 s)",
         s.name
     );
-    let rec = record(&s, &opts).map_err(|e| CliError::Input(e.to_string()))?;
+    let rec = record(&s, &opts).map_err(|e| match e {
+        RecordError::InvalidPlan(_) => CliError::Failed(e.to_string()),
+        e => CliError::Input(e.to_string()),
+    })?;
     eprintln!(
         "kvsim dynamo: harness setup {:.1} s, sweep {:.2} s",
         rec.setup_seconds, rec.run_seconds
@@ -158,13 +223,25 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode, CliError> {
     }
     let mut report = rec.report.clone();
     report["replay"] = outcome_json(&replay);
+    // A replay that holds leaves the planner's own artifact to the audit.
+    let audit = if replay.passed() {
+        audit_error(rec.artifact.as_deref())
+    } else {
+        None
+    };
+    if let Some((id, detail)) = &audit {
+        report["artifact_audit"] = serde_json::json!({"check": id, "detail": detail});
+    }
     if let Some(p) = &a.report_out {
         let mut text = serde_json::to_string_pretty(&report).expect("reports serialize");
         text.push('\n');
         write(p, text.as_bytes())?;
     }
     print_summary(&s.name, &rec, &replay)?;
-    Ok(if replay.passed() {
+    if let Some((id, detail)) = &audit {
+        say(format_args!("  FINDING {id} (artifact audit, `kvsim audit`): {detail}"))?;
+    }
+    Ok(if replay.passed() && audit.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -291,5 +368,30 @@ fn strategy_name(s: Strategy) -> &'static str {
         Strategy::Chain => "chain",
         Strategy::Native => "native",
         Strategy::Synthetic => "synthetic",
+    }
+}
+
+/// A private scratch directory, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Result<TempDir, CliError> {
+        let base = std::env::temp_dir();
+        for i in 0..1000u32 {
+            let p = base.join(format!("kvsim-scratch-{}-{i}", std::process::id()));
+            if std::fs::create_dir(&p).is_ok() {
+                return Ok(TempDir(p));
+            }
+        }
+        Err(CliError::Input(format!(
+            "cannot create a scratch directory in {}",
+            base.display()
+        )))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

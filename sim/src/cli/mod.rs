@@ -5,6 +5,7 @@ mod audit_cmd;
 mod bench_cmd;
 mod calibrate_cmd;
 mod check_cmd;
+mod check_dynamo;
 mod compare_cmd;
 mod conformance_cmd;
 mod dynamo_cmd;

@@ -27,6 +27,16 @@ pub struct RecordOptions {
     pub clock_scale: f64,
     /// Wall-clock limit for the subprocess; past it the harness is killed.
     pub timeout: Duration,
+    /// (step, by): from that step, `by` more batches stay in flight for `by`
+    /// steps (async scheduling only; a pipelined engine's batch queue).
+    pub delay_outputs: Option<(u64, u64)>,
+    /// (rank, steps): attention-DP only: that rank's synchronizer messages are
+    /// delivered `steps` lock-step ticks late (recorded as a `message_lag` fault).
+    pub message_lag: Option<(u32, u64)>,
+    /// The scheduler's `defer_block_free` on, as vLLM 0.31 sets it for async
+    /// scheduling with a KV-consumer connector (Dynamo's disaggregated decode
+    /// worker): frees of in-flight requests wait behind the deferred-free fence.
+    pub defer_block_free: bool,
 }
 
 impl Default for RecordOptions {
@@ -38,6 +48,9 @@ impl Default for RecordOptions {
             max_steps: 20_000,
             clock_scale: 1.0,
             timeout: Duration::from_secs(900),
+            delay_outputs: None,
+            message_lag: None,
+            defer_block_free: false,
         }
     }
 }
@@ -81,12 +94,18 @@ pub enum RecordError {
     Timeout(u64),
     #[error("the harness wrote an unusable {what}: {reason}")]
     BadOutput { what: &'static str, reason: String },
+    /// The recording breaks the plan format's bounds (e.g. a prompt longer than
+    /// max_model_len): the planner did what no valid plan does — a finding.
+    #[error("FINDING PLAN-INVALID: the real planner's recording is outside the plan format: {0}")]
+    InvalidPlan(String),
+    #[error("the harness worker failed: {0}")]
+    WorkerDied(String),
     #[error("{0}")]
     Io(String),
 }
 
 /// Removes the directory when dropped.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -94,7 +113,7 @@ impl Drop for TempDir {
     }
 }
 
-fn temp_dir() -> Result<TempDir, RecordError> {
+pub(super) fn temp_dir() -> Result<TempDir, RecordError> {
     let base = std::env::temp_dir();
     for i in 0..1000u32 {
         let p = base.join(format!("kvsim-dynamo-{}-{i}", std::process::id()));
@@ -108,7 +127,7 @@ fn temp_dir() -> Result<TempDir, RecordError> {
     )))
 }
 
-fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
+pub(super) fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
     json!({
         "format": "kvsim-dynamo-request/1",
         "scenario": s,
@@ -118,8 +137,21 @@ fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
             "max_steps": o.max_steps,
             "clock_scale": o.clock_scale,
             "planner_source": o.planner_source.as_ref().map(|p| p.display().to_string()),
+            "delay_outputs": o.delay_outputs.map(|(step, by)| json!({"step": step, "by": by})),
+            "message_lag": o.message_lag.map(|(rank, steps)| json!({"rank": rank, "steps": steps})),
+            "defer_block_free": o.defer_block_free,
         }
     })
+}
+
+/// `o` with its planner source made absolute (the harness runs elsewhere).
+pub(super) fn absolute_source(o: &RecordOptions) -> Result<RecordOptions, RecordError> {
+    let mut o = o.clone();
+    if let Some(src) = &o.planner_source {
+        let abs = std::fs::canonicalize(src).map_err(|_| RecordError::NoPlannerSource(src.clone()))?;
+        o.planner_source = Some(abs);
+    }
+    Ok(o)
 }
 
 /// Run the real planner over `s` and return its recording.
@@ -129,11 +161,7 @@ pub fn record(s: &BuiltinScenario, o: &RecordOptions) -> Result<Recording, Recor
     if !script.is_file() {
         return Err(RecordError::NoHarness(script));
     }
-    let mut o = o.clone();
-    if let Some(src) = &o.planner_source {
-        let abs = std::fs::canonicalize(src).map_err(|_| RecordError::NoPlannerSource(src.clone()))?;
-        o.planner_source = Some(abs);
-    }
+    let o = absolute_source(o)?;
     let dir = temp_dir()?;
     let req_path = dir.0.join("request.json");
     let out = dir.0.join("out");
@@ -167,9 +195,21 @@ pub fn record(s: &BuiltinScenario, o: &RecordOptions) -> Result<Recording, Recor
             None => std::thread::sleep(Duration::from_millis(20)),
         }
     };
+    read_outputs(&s.name, status.code(), &out, &log, &format!("{status}"))
+}
+
+/// The recording the harness left in `out` after exiting with `code`
+/// (`None`: killed by a signal, described by `how`).
+pub(super) fn read_outputs(
+    scenario: &str,
+    code: Option<i32>,
+    out: &Path,
+    log: &Path,
+    how: &str,
+) -> Result<Recording, RecordError> {
     let report_text = std::fs::read_to_string(out.join("report.json")).ok();
     let report: Option<Value> = report_text.as_deref().and_then(|t| serde_json::from_str(t).ok());
-    match status.code() {
+    match code {
         Some(0) => {}
         Some(code) => {
             let (stage, reason) = report
@@ -180,17 +220,17 @@ pub fn record(s: &BuiltinScenario, o: &RecordOptions) -> Result<Recording, Recor
                         r["error"].as_str().unwrap_or("no reason given").to_string(),
                     )
                 })
-                .unwrap_or_else(|| ("start".into(), log_tail(&log)));
+                .unwrap_or_else(|| ("start".into(), log_tail(log)));
             return Err(if code == 3 {
                 RecordError::Layout {
-                    scenario: s.name.clone(),
+                    scenario: scenario.to_string(),
                     reason,
                 }
             } else {
                 RecordError::Setup { stage, reason }
             });
         }
-        None => return Err(RecordError::Killed(format!("{status}"))),
+        None => return Err(RecordError::Killed(how.to_string())),
     }
     let mut report = report.ok_or(RecordError::BadOutput {
         what: "report",
@@ -200,10 +240,7 @@ pub fn record(s: &BuiltinScenario, o: &RecordOptions) -> Result<Recording, Recor
         what: "plan",
         reason: e.to_string(),
     })?;
-    let plan = load_plan(&plan_text).map_err(|e| RecordError::BadOutput {
-        what: "plan",
-        reason: e.to_string(),
-    })?;
+    let plan = load_plan(&plan_text).map_err(|e| RecordError::InvalidPlan(e.to_string()))?;
     let artifact = std::fs::read_to_string(out.join("artifact.json")).ok();
     let seconds = |r: &mut Value, k: &str| {
         r.as_object_mut()
@@ -227,4 +264,16 @@ fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+/// The first error the artifact audit (`kvsim audit`, the planner's own
+/// artifact against its schema and invariants) finds: (check id, where: what).
+pub fn audit_error(artifact: Option<&str>) -> Option<(String, String)> {
+    let v = kvsim_core::fpm::audit::parse(artifact?).ok()?;
+    let report = kvsim_core::fpm::audit::audit(&v);
+    report
+        .findings
+        .iter()
+        .find(|f| f.severity == kvsim_core::fpm::audit::Severity::Error)
+        .map(|f| (f.id.to_string(), format!("artifact {}: {}", f.path, f.message)))
 }

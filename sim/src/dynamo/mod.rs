@@ -3,8 +3,12 @@
 //! `InstrumentedScheduler` over vLLM 0.31.0 on CPU in a subprocess and records
 //! it; this module drives it and hands back a validated `kvsim-plan/1` plan.
 
+pub mod check;
 pub mod diff;
 pub mod env;
 mod harness;
+pub mod mutants;
+mod worker;
 
-pub use harness::{record, RecordError, RecordOptions, Recording};
+pub use harness::{audit_error, record, RecordError, RecordOptions, Recording};
+pub use worker::Worker;
