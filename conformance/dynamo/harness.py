@@ -9,7 +9,8 @@ REQUEST.json (written by `kvsim dynamo run`, format `kvsim-dynamo-request/1`):
   {"format": ..., "scenario": <a kvsim scenario file: name, scenario, bench>,
    "options": {"warmup": true, "live_state": false, "max_steps": N,
                "planner_source": null | PATH, "clock_scale": 1.0,
-               "delay_outputs": null | {"step": S, "by": K}}}
+               "delay_outputs": null | {"step": S, "by": K},
+               "defer_block_free": false, "abort": null | {"step": S, "prefix": P}}}
 
 DIR receives plan.json, artifact.json (the planner's own artifact, run id and
 wall-clock stamps normalised) and report.json. A Python exception inside the
@@ -247,8 +248,9 @@ class Runner:
             "kv_cache_config": "vllm.v1.core.kv_cache_utils.get_kv_cache_configs",
         }
 
-        if dp_ranks > 1 and self.options.get("defer_block_free"):
-            raise layout.LayoutError("defer_block_free is single-rank only")
+        for single in ("defer_block_free", "abort"):
+            if dp_ranks > 1 and self.options.get(single):
+                raise layout.LayoutError(f"{single} is single-rank only")
         if dp_ranks > 1:
             import dp
 
@@ -349,6 +351,17 @@ class Runner:
         start, by = int(d["step"]), int(d["by"])
         return by if start <= step < start + by else 0
 
+    def abort_due(self, step):
+        """`options.abort` = {step, prefix}: before that step's schedule, every live
+        request whose id starts with `prefix` is aborted (`finish_requests`,
+        FINISHED_ABORTED), as the engine core aborts a lost request; recorded as
+        `abort` faults (spec/plan.md §4)."""
+        a = self.options.get("abort")
+        if not a or int(a["step"]) != step:
+            return
+        ids = sorted(r for r in self.sched.requests if r.startswith(str(a.get("prefix", ""))))
+        self.rec.external_abort(ids)
+
     def run(self):
         if self.dp is not None:
             return self.dp.run()
@@ -365,6 +378,7 @@ class Runner:
                     status = "stalled"
                     error = f"the sweep did not end within {max_steps} steps"
                     break
+                self.abort_due(rec.step)
                 output = sched.schedule()
                 mismatch = self.runner_view(output)
                 mro, sampled = self.model_output(output)
@@ -373,10 +387,16 @@ class Runner:
                 # kvsim's nominal step cost (plan::nominal_step_ns) drives the clock.
                 self.clock.advance(scale * (1_000_000 + 20 * tokens) / 1e9)
                 queue.append((output, mro))
+                landed = 0
                 while len(queue) >= async_depth + self.extra_in_flight(rec.step, async_depth):
+                    if landed:
+                        # Late outputs landing together are processed back to back:
+                        # each takes host time (1 µs nominal), never none at all.
+                        self.clock.advance(scale * 1e-6)
                     done, done_mro = queue.pop(0)
                     rec.process_outputs(lag=len(queue))
                     sched.update_from_output(done, done_mro)
+                    landed += 1
                 rec.observe(mismatch)
                 rec.end_step()
             while queue and status == "completed":

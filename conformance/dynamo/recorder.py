@@ -73,6 +73,7 @@ class Recorder:
         self.cows = []  # _apply_cow calls inside an owned planner method
         self.owned_refs = []  # touch / free_blocks block ids inside an owned planner method
         self.fenced_cow = set()  # copy-on-write retentions released through the fence, pending
+        self.aborting = False  # inside a harness abort: the `abort` faults are the record
         # Attention-DP: every step and point names its rank (spec/plan.md §3);
         # a single-rank recording stays as it was.
         self.rank = int(getattr(sched, "_fpm_dp_rank", 0) or 0)
@@ -255,6 +256,11 @@ class Recorder:
         rid = request.request_id
         if rid not in self.known:
             return  # never allocated: kvsim never saw it
+        if self.aborting:
+            # The `abort` fault frees it in kvsim's engine at the step's start.
+            self.known.pop(rid, None)
+            self.shadows.discard(rid)
+            return
         from vllm.v1.request import RequestStatus
 
         if request.status == RequestStatus.PREEMPTED and not request.is_finished():
@@ -437,6 +443,23 @@ class Recorder:
     def _on_steady(self, args, result, _state):
         if result is not None and self.point is not None:
             self.timed_step = True
+
+    def external_abort(self, ids):
+        """A harness fault before the step's schedule: abort `ids`. Each one kvsim's
+        engine knows is an `abort` fault at this step (its `finish_requests`)."""
+        from vllm.v1.request import RequestStatus
+
+        for rid in ids:
+            if rid in self.known:
+                entry = {"fault": "abort", "step": self.step, "req": rid}
+                if self.rank:
+                    entry["rank"] = self.rank
+                self.faults.append(entry)
+        self.aborting = True
+        try:
+            self.sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+        finally:
+            self.aborting = False
 
     def set_soft_timeout(self, clock, timeout_seconds):
         """Take the soft deadline from the harness's virtual clock: the planner's

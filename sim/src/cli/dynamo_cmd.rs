@@ -79,6 +79,10 @@ pub struct ScenarioArgs {
     /// step is in flight wait behind the deferred-free fence.
     #[arg(long)]
     pub defer_block_free: bool,
+    /// STEP — before STEP's schedule every live warm-up chain is aborted
+    /// (`finish_requests(FINISHED_ABORTED)`, a request the engine lost; recorded as `abort` faults).
+    #[arg(long)]
+    pub abort_chains: Option<u64>,
     /// Run the installed planner with this seed-bug patch applied to a copy
     /// (`conformance/dynamo/mutants/`, `kvsim check --planner dynamo --mutant all`).
     #[arg(long, conflicts_with = "planner_source")]
@@ -174,6 +178,7 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
         delay_outputs: a.delay_outputs,
         message_lag,
         defer_block_free: a.defer_block_free,
+        abort_chains: a.abort_chains,
     };
     eprintln!(
         "kvsim dynamo: running the real planner over {} (importing vLLM takes ~10 s)",

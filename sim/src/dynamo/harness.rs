@@ -37,6 +37,9 @@ pub struct RecordOptions {
     /// scheduling with a KV-consumer connector (Dynamo's disaggregated decode
     /// worker): frees of in-flight requests wait behind the deferred-free fence.
     pub defer_block_free: bool,
+    /// At the start of this step every live warm-up chain is aborted
+    /// (`finish_requests(FINISHED_ABORTED)`; recorded as `abort` faults).
+    pub abort_chains: Option<u64>,
 }
 
 impl Default for RecordOptions {
@@ -51,6 +54,7 @@ impl Default for RecordOptions {
             delay_outputs: None,
             message_lag: None,
             defer_block_free: false,
+            abort_chains: None,
         }
     }
 }
@@ -140,6 +144,7 @@ pub(super) fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
             "delay_outputs": o.delay_outputs.map(|(step, by)| json!({"step": step, "by": by})),
             "message_lag": o.message_lag.map(|(rank, steps)| json!({"rank": rank, "steps": steps})),
             "defer_block_free": o.defer_block_free,
+            "abort": o.abort_chains.map(|step| json!({"step": step, "prefix": "__kvwarm_chain_"})),
         }
     })
 }

@@ -49,6 +49,10 @@ pub struct RealCase {
     pub dp2: bool,
     /// (rank, ticks): with `dp2`, that rank's synchronizer messages arrive late.
     pub message_lag: Option<(u32, u64)>,
+    /// Async, one rank: the deferred-free fence of a KV-consumer engine is on.
+    pub defer_block_free: bool,
+    /// One rank: every live warm-up chain is aborted at this step.
+    pub abort_chains: Option<u32>,
 }
 
 /// The layouts the swarm scales down (single-rank built-ins).
@@ -105,6 +109,8 @@ impl RealCase {
                 .then(|| (rng.gen_range(0..300), rng.gen_range(1..=2))),
             dp2,
             message_lag: (dp2 && rng.gen_bool(0.3)).then(|| (rng.gen_range(0..2), rng.gen_range(1..=3))),
+            defer_block_free: async_scheduling && !dp2 && rng.gen_bool(0.4),
+            abort_chains: (!dp2 && rng.gen_bool(0.12)).then(|| rng.gen_range(8..=120)),
         }
     }
 
@@ -170,7 +176,8 @@ impl RealCase {
                 .filter(|_| self.async_scheduling)
                 .map(|(at, by)| (u64::from(at), u64::from(by))),
             message_lag: self.message_lag.filter(|_| self.dp2),
-            defer_block_free: false,
+            defer_block_free: self.defer_block_free && self.async_scheduling && !self.dp2,
+            abort_chains: self.abort_chains.filter(|_| !self.dp2).map(u64::from),
         }
     }
 
@@ -185,6 +192,8 @@ impl RealCase {
                 out.push(c);
             }
         };
+        push(&|c| c.abort_chains = None);
+        push(&|c| c.defer_block_free = false);
         push(&|c| c.message_lag = None);
         push(&|c| {
             c.dp2 = false;
@@ -230,6 +239,12 @@ impl RealCase {
         }
         if let Some((at, by)) = o.delay_outputs {
             f.push(format!("--delay-outputs {at}:{by}"));
+        }
+        if o.defer_block_free {
+            f.push("--defer-block-free".into());
+        }
+        if let Some(step) = o.abort_chains {
+            f.push(format!("--abort-chains {step}"));
         }
         if let Some((rank, ticks)) = o.message_lag {
             f.push(format!("--message-lag {rank}:{ticks}"));

@@ -25,7 +25,7 @@ use crate::dynamo::RecordError;
 /// Goals the real harness cannot reach yet, and why.
 pub const GOALS_NOT_APPLICABLE: &[(&str, &str)] = &[(
     "ranks-disagree",
-    "needs attention-DP ranks; the swarm drives one rank of the real planner",
+    "the real DP ranks derive one negotiated plan, and the harness has no per-rank local fault",
 )];
 
 #[derive(Clone)]
