@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::check_cmd::{parse_shard, CheckArgs};
-use super::dynamo_cmd::TempDir;
 use super::{say, CliError};
 use crate::check::goals::GOALS;
 use crate::dynamo::check::case::bases;
 use crate::dynamo::check::hunt::{hunt_real, Control, MutantRow};
+use crate::dynamo::check::pool::Pool;
 use crate::dynamo::check::run::CaseEnv;
 use crate::dynamo::check::swarm::{check_real, RealCheckConfig, RealCheckReport, GOALS_NOT_APPLICABLE};
 use crate::dynamo::mutants::select;
@@ -217,12 +217,13 @@ fn run_hunt(a: &CheckArgs, name: &str) -> Result<ExitCode, CliError> {
     }
     let mutants = select(name).map_err(CliError::Input)?;
     let cfg = config(a, DEFAULT_HUNT_CASES)?;
-    let scratch = TempDir::new()?;
+    let scratch = crate::dynamo::temp_dir().map_err(fatal)?;
     let mut control = Control::new();
+    let mut pool = Pool::new(cfg.jobs);
     let mut rows: Vec<MutantRow> = Vec::new();
     let tty = std::io::stderr().is_terminal();
     for (k, m) in mutants.iter().enumerate() {
-        let row = hunt_real(&cfg, m, &mut control, &scratch.0).map_err(fatal)?;
+        let row = hunt_real(&cfg, m, &mut control, &mut pool, &scratch.0).map_err(fatal)?;
         if !a.json || tty {
             eprintln!(
                 "[{}/{}] {} (bug {}) {} in {:.1} s",
@@ -245,6 +246,7 @@ fn run_hunt(a: &CheckArgs, name: &str) -> Result<ExitCode, CliError> {
             "shard": a.shard,
             "mutants": rows,
             "killed": killed,
+            "killed_by_swarm": rows.iter().filter(|r| r.found_by == Some("swarm")).count(),
             "survived": rows.len() - killed,
         });
         say(serde_json::to_string_pretty(&out).expect("json"))?;
@@ -258,7 +260,11 @@ fn run_hunt(a: &CheckArgs, name: &str) -> Result<ExitCode, CliError> {
                 "{:<34} {:>3}  {:<8} {:<28} {:>5} {:>7.1}  {}",
                 r.mutant,
                 r.bug,
-                if r.killed { "killed" } else { "SURVIVED" },
+                match r.found_by {
+                    Some("witness") => "witness",
+                    _ if r.killed => "killed",
+                    _ => "SURVIVED",
+                },
                 r.verdict.as_deref().unwrap_or("-"),
                 r.cases,
                 r.seconds,
@@ -269,9 +275,11 @@ fn run_hunt(a: &CheckArgs, name: &str) -> Result<ExitCode, CliError> {
             }
         }
         let secs: f64 = rows.iter().map(|r| r.seconds).sum();
+        let by_swarm = rows.iter().filter(|r| r.found_by == Some("swarm")).count();
         say(format_args!(
-            "result: {killed} of {} real-planner mutants killed in {secs:.1} s (bugs not patched, and why: conformance/dynamo/mutants/README.md)",
-            rows.len()
+            "result: {killed} of {} real-planner mutants killed in {secs:.1} s ({by_swarm} by the swarm, shrunk; {} by their witness scenario after the swarm's budget ran out; bugs not patched, and why: conformance/dynamo/mutants/README.md)",
+            rows.len(),
+            killed - by_swarm
         ))?;
     }
     if killed == rows.len() {

@@ -12,7 +12,7 @@ use kvsim_core::fpm::scenarios::validate_scenario;
 use super::{say, CliError};
 use crate::dynamo::diff::{compare, Facts};
 use crate::dynamo::mutants::{patched_copy, select};
-use crate::dynamo::{audit_error, record, RecordError, RecordOptions, Recording};
+use crate::dynamo::{audit_error, record, temp_dir, RecordError, RecordOptions, Recording};
 use crate::exec::{run_plan, Outcome, RunReport};
 use crate::output::write_atomic;
 use crate::sweep::run_sweep_with;
@@ -158,7 +158,7 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
     };
     // A mutant runs from a patched copy that lives as long as the recording.
     let scratch = match &a.mutant {
-        Some(_) => Some(TempDir::new()?),
+        Some(_) => Some(temp_dir().map_err(|e| CliError::Input(e.to_string()))?),
         None => None,
     };
     let planner_source = match (&a.mutant, &scratch) {
@@ -373,30 +373,5 @@ fn strategy_name(s: Strategy) -> &'static str {
         Strategy::Chain => "chain",
         Strategy::Native => "native",
         Strategy::Synthetic => "synthetic",
-    }
-}
-
-/// A private scratch directory, removed when dropped.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new() -> Result<TempDir, CliError> {
-        let base = std::env::temp_dir();
-        for i in 0..1000u32 {
-            let p = base.join(format!("kvsim-scratch-{}-{i}", std::process::id()));
-            if std::fs::create_dir(&p).is_ok() {
-                return Ok(TempDir(p));
-            }
-        }
-        Err(CliError::Input(format!(
-            "cannot create a scratch directory in {}",
-            base.display()
-        )))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -109,7 +109,7 @@ pub enum RecordError {
 }
 
 /// Removes the directory when dropped.
-pub(super) struct TempDir(pub(super) PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -117,7 +117,7 @@ impl Drop for TempDir {
     }
 }
 
-pub(super) fn temp_dir() -> Result<TempDir, RecordError> {
+pub fn temp_dir() -> Result<TempDir, RecordError> {
     let base = std::env::temp_dir();
     for i in 0..1000u32 {
         let p = base.join(format!("kvsim-dynamo-{}-{i}", std::process::id()));

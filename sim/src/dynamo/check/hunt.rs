@@ -9,12 +9,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::pool::{run_all, Slot};
+use super::pool::{run_all, Pool};
 use super::run::{CaseEnv, RealOutcome};
 use super::shrink::shrink_case;
 use super::swarm::{record_index, write_repro, RealCheckConfig, Repro};
-use crate::dynamo::mutants::{patched_copy, RealMutant};
+use crate::dynamo::mutants::{patched_copy, RealMutant, Witness};
 use crate::dynamo::RecordError;
+use crate::dynamo::{audit_error, RecordOptions};
+use kvsim_core::fpm::scenarios::BuiltinScenario;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MutantRow {
@@ -28,6 +30,9 @@ pub struct MutantRow {
     pub expect: Option<String>,
     /// Cases drawn until the kill (the budget when it survived).
     pub cases: u64,
+    /// `swarm` (a drawn case, shrunk over its knobs) or `witness` (the swarm's
+    /// budget ran out; the mutant file's hand-made witness scenario killed it).
+    pub found_by: Option<&'static str>,
     pub minimal: Option<Repro>,
     /// Wall-clock seconds (text output only).
     #[serde(skip)]
@@ -38,6 +43,7 @@ pub struct MutantRow {
 pub type Control = BTreeMap<u64, String>;
 
 fn keys(
+    pool: &mut Pool,
     cfg: &RealCheckConfig,
     env: &CaseEnv,
     indices: &[u64],
@@ -47,7 +53,7 @@ fn keys(
         ..cfg.clone()
     };
     run_all(
-        cfg.jobs,
+        pool,
         indices,
         &|w, &i| {
             let (r, lost) = record_index(&c, w, i)?;
@@ -64,6 +70,7 @@ pub fn hunt_real(
     cfg: &RealCheckConfig,
     m: &RealMutant,
     control: &mut Control,
+    pool: &mut Pool,
     scratch: &std::path::Path,
 ) -> Result<MutantRow, RecordError> {
     let started = Instant::now();
@@ -82,11 +89,12 @@ pub fn hunt_real(
         verdict: None,
         expect: m.expect.clone(),
         cases: indices.len() as u64,
+        found_by: None,
         minimal: None,
         seconds: 0.0,
     };
     for chunk in indices.chunks(batch) {
-        let got = keys(cfg, &env, chunk)?;
+        let got = keys(pool, cfg, &env, chunk)?;
         let candidates: Vec<usize> = (0..chunk.len()).filter(|&k| got[k].1.is_some()).collect();
         // The unpatched planner on the failing cases not yet known.
         let unknown: Vec<u64> = candidates
@@ -94,7 +102,7 @@ pub fn hunt_real(
             .map(|&k| chunk[k])
             .filter(|i| !control.contains_key(i))
             .collect();
-        for (i, (key, _)) in unknown.iter().zip(keys(cfg, &cfg.env, &unknown)?) {
+        for (i, (key, _)) in unknown.iter().zip(keys(pool, cfg, &cfg.env, &unknown)?) {
             control.insert(*i, key);
         }
         // A kill is a case the unpatched planner passes: the patch, nothing else.
@@ -103,9 +111,8 @@ pub fn hunt_real(
         };
         let index = chunk[k];
         let (key, outcome) = got.into_iter().nth(k).expect("index in chunk");
-        let mut slot = Slot::default();
         let shrunk = shrink_case(
-            &mut slot,
+            &mut pool.slots[0],
             cfg.base(index),
             cfg.case(index),
             outcome.expect("a failing outcome"),
@@ -118,11 +125,136 @@ pub fn hunt_real(
             ..cfg.clone()
         };
         row.killed = true;
+        row.found_by = Some("swarm");
         row.verdict = Some(key);
         row.cases = indices.iter().position(|&i| i == index).map_or(0, |p| p as u64 + 1);
         row.minimal = write_repro(&flagged, &m.name, shrunk.case, shrunk.outcome, shrunk.tries)?;
         break;
     }
+    if !row.killed {
+        witness_kill(cfg, m, &env, pool, &mut row)?;
+    }
     row.seconds = started.elapsed().as_secs_f64();
     Ok(row)
+}
+
+/// The witness options as recording options and `kvsim dynamo run` flags.
+fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Vec<String>) {
+    let num = |k: &str| w.other.get(k).and_then(|v| v.as_u64());
+    let pair = |k: &str| {
+        let v = w.other.get(k)?;
+        match (v.get("step"), v.get("by")) {
+            (Some(a), Some(b)) => Some((a.as_u64()?, b.as_u64()?)),
+            _ => v
+                .as_str()?
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
+        }
+    };
+    let o = RecordOptions {
+        warmup: w.warmup,
+        live_state: w.live_state,
+        clock_scale: w.clock_scale.unwrap_or(1.0),
+        max_steps: num("max_steps").unwrap_or(20_000),
+        defer_block_free: w
+            .other
+            .get("defer_block_free")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false),
+        abort_chains: num("abort_chains"),
+        delay_outputs: pair("delay_outputs"),
+        timeout: wall,
+        ..RecordOptions::default()
+    };
+    let mut f = Vec::new();
+    if let Some(t) = w.timeout_seconds {
+        f.push(format!("--timeout-seconds {t}"));
+    }
+    if !o.warmup {
+        f.push("--no-warmup".into());
+    }
+    if o.live_state {
+        f.push("--live-state".into());
+    }
+    if o.clock_scale != 1.0 {
+        f.push(format!("--clock-scale {}", o.clock_scale));
+    }
+    if o.defer_block_free {
+        f.push("--defer-block-free".into());
+    }
+    if let Some(s) = o.abort_chains {
+        f.push(format!("--abort-chains {s}"));
+    }
+    if let Some((a, b)) = o.delay_outputs {
+        f.push(format!("--delay-outputs {a}:{b}"));
+    }
+    f.push(format!("--max-steps {}", o.max_steps));
+    (o, f)
+}
+
+/// The swarm did not kill `m`: does its witness (patched fails, unpatched passes)?
+fn witness_kill(
+    cfg: &RealCheckConfig,
+    m: &RealMutant,
+    env: &CaseEnv,
+    pool: &mut Pool,
+    row: &mut MutantRow,
+) -> Result<(), RecordError> {
+    let Some(w) = &m.witness else { return Ok(()) };
+    let Some(file) = &w.scenario_file else { return Ok(()) };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let Ok(mut s) = serde_json::from_str::<BuiltinScenario>(&text) else {
+        return Ok(());
+    };
+    if let Some(t) = w.timeout_seconds {
+        s.bench.timeout_seconds = t;
+    }
+    let (mut o, flags) = witness_options(w, cfg.env.wall);
+    let verdict = |pool: &mut Pool, src: Option<std::path::PathBuf>, o: &mut RecordOptions| {
+        o.planner_source = src;
+        pool.slots[0].run(|wk| {
+            Ok((
+                match wk.record(&s, o) {
+                    Ok(rec) => verdict_of(&rec),
+                    Err(_) => None,
+                },
+                false,
+            ))
+        })
+    };
+    let patched = verdict(pool, env.planner_source.clone(), &mut o)?;
+    let Some(key) = patched else { return Ok(()) };
+    if verdict(pool, cfg.env.planner_source.clone(), &mut o)?.is_some() {
+        return Ok(()); // the unpatched planner fails the witness too: no kill
+    }
+    row.killed = true;
+    row.found_by = Some("witness");
+    row.verdict = Some(key);
+    row.minimal = Some(Repro {
+        knobs: None,
+        verdict: None,
+        tries: 0,
+        scenario_file: file.clone(),
+        plan_file: String::new(),
+        command: format!(
+            "kvsim dynamo run --scenario-file {file} {} --mutant {} --plan-out /tmp/{}.plan.json",
+            flags.join(" "),
+            m.name,
+            m.name
+        ),
+    });
+    Ok(())
+}
+
+/// The failure key of a recording (replay, then artifact audit), or None if it passes.
+fn verdict_of(rec: &crate::dynamo::Recording) -> Option<String> {
+    let r = crate::exec::run_plan(&rec.plan);
+    match &r.outcome {
+        crate::exec::Outcome::Passed => audit_error(rec.artifact.as_deref()).map(|(id, _)| id),
+        crate::exec::Outcome::Violation(f) => Some(f.invariant.clone().unwrap_or_default()),
+        crate::exec::Outcome::Mismatch(_) => Some("MISMATCH".into()),
+    }
 }

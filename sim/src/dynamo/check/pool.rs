@@ -1,5 +1,5 @@
 //! Cases over a pool of harness workers: `jobs` threads, each with its own
-//! worker, take case indices in order; results land by index, so the report
+//! worker (kept for the next run), take case indices in order; results land by index, so the report
 //! does not depend on which worker ran which case or when it finished.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,9 +28,22 @@ impl Slot {
 /// One case on a worker: its result, and whether the worker was lost.
 pub type CaseFn<'a, I, T> = dyn Fn(&mut Worker, &I) -> Result<(T, bool), RecordError> + Sync + 'a;
 
-/// Run `f` over `items` on `jobs` workers; `progress(done)` after each.
+/// `jobs` worker slots, kept across runs (a worker imports vLLM once).
+pub struct Pool {
+    pub slots: Vec<Slot>,
+}
+
+impl Pool {
+    pub fn new(jobs: usize) -> Pool {
+        Pool {
+            slots: (0..jobs.max(1)).map(|_| Slot::default()).collect(),
+        }
+    }
+}
+
+/// Run `f` over `items` on the pool's workers; `progress(done)` after each.
 pub fn run_all<I: Sync, T: Send>(
-    jobs: usize,
+    pool: &mut Pool,
     items: &[I],
     f: &CaseFn<'_, I, T>,
     progress: &(dyn Fn(usize) + Sync),
@@ -39,27 +52,26 @@ pub fn run_all<I: Sync, T: Send>(
     let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<T>>> = Mutex::new((0..items.len()).map(|_| None).collect());
     let fatal: Mutex<Option<RecordError>> = Mutex::new(None);
+    let busy = pool.slots.len().min(items.len().max(1));
     std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, items.len().max(1)) {
-            scope.spawn(|| {
-                let mut slot = Slot::default();
-                loop {
-                    if fatal.lock().expect("lock").is_some() {
-                        return;
-                    }
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= items.len() {
-                        return;
-                    }
-                    match slot.run(|w| f(w, &items[i])) {
-                        Ok(out) => results.lock().expect("lock")[i] = Some(out),
-                        Err(e) => {
-                            fatal.lock().expect("lock").get_or_insert(e);
-                            return;
-                        }
-                    }
-                    progress(done.fetch_add(1, Ordering::SeqCst) + 1);
+        for slot in pool.slots.iter_mut().take(busy) {
+            let (next, done, results, fatal) = (&next, &done, &results, &fatal);
+            scope.spawn(move || loop {
+                if fatal.lock().expect("lock").is_some() {
+                    return;
                 }
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= items.len() {
+                    return;
+                }
+                match slot.run(|w| f(w, &items[i])) {
+                    Ok(out) => results.lock().expect("lock")[i] = Some(out),
+                    Err(e) => {
+                        fatal.lock().expect("lock").get_or_insert(e);
+                        return;
+                    }
+                }
+                progress(done.fetch_add(1, Ordering::SeqCst) + 1);
             });
         }
     });

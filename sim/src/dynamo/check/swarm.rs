@@ -15,7 +15,7 @@ use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::plan::Plan;
 
 use super::case::RealCase;
-use super::pool::{run_all, Slot};
+use super::pool::{run_all, Pool};
 use super::run::{run_real_case, CaseEnv, RealOutcome, RealVerdict};
 use super::shrink::shrink_case;
 use crate::check::case_seed;
@@ -78,8 +78,9 @@ pub struct BaseRow {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Repro {
-    pub knobs: RealCase,
-    pub verdict: RealVerdict,
+    /// The shrunk knobs (none for a hand-made witness scenario).
+    pub knobs: Option<RealCase>,
+    pub verdict: Option<RealVerdict>,
     /// Recordings the shrink made.
     pub tries: usize,
     pub scenario_file: String,
@@ -145,7 +146,8 @@ pub fn check_real(
 ) -> Result<RealCheckReport, RecordError> {
     let indices = cfg.indices();
     let total = indices.len();
-    let results = run_all(cfg.jobs, &indices, &|w, &i| record_index(cfg, w, i), &|done| {
+    let mut pool = Pool::new(cfg.jobs);
+    let results = run_all(&mut pool, &indices, &|w, &i| record_index(cfg, w, i), &|done| {
         progress(done, total)
     })?;
     let mut rows: BTreeMap<String, BaseRow> = BTreeMap::new();
@@ -196,7 +198,7 @@ pub fn check_real(
             outcomes.insert(r.index, o);
         }
     }
-    let mut slot = Slot::default();
+    let slot = &mut pool.slots[0];
     let mut findings = Vec::new();
     for (key, (index, count)) in &first {
         let o = outcomes.remove(index).expect("kept failing outcome");
@@ -207,7 +209,7 @@ pub fn check_real(
         let minimal = if matches!(verdict, RealVerdict::Hung { .. } | RealVerdict::Crashed { .. }) {
             write_repro(cfg, key, cfg.case(*index), o, 0)?
         } else {
-            let shrunk = shrink_case(&mut slot, base, cfg.case(*index), o, &cfg.env, None)?;
+            let shrunk = shrink_case(slot, base, cfg.case(*index), o, &cfg.env, None)?;
             write_repro(cfg, key, shrunk.case, shrunk.outcome, shrunk.tries)?
         };
         findings.push(RealFinding {
@@ -313,8 +315,8 @@ pub fn write_repro(
         cfg.plans_dir.join(format!("{stem}.replay.json")).display()
     ));
     Ok(Some(Repro {
-        knobs: case,
-        verdict: out.verdict,
+        knobs: Some(case),
+        verdict: Some(out.verdict),
         tries,
         scenario_file: scenario_file.display().to_string(),
         plan_file: if out.plan.is_some() {
