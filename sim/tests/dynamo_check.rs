@@ -6,45 +6,12 @@
 //! Needs the environment `conformance/dynamo/setup_venv.sh` installs (skips
 //! without it unless `KVSIM_REQUIRE_DYNAMO=1`); the bad-input tests need none.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn kvsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvsim"))
-        .args(args)
-        .output()
-        .expect("kvsim runs")
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvsim-dynamo-check-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn venv() -> PathBuf {
-    std::env::var_os("KVSIM_DYNAMO_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/kvsim/dynamo-1.6.1-vllm-0.31.0"))
-}
-
-fn have_env(test: &str) -> bool {
-    if venv().join(".kvsim-ready").is_file() {
-        return true;
-    }
-    assert!(
-        std::env::var("KVSIM_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-        "{test}: the real planner's environment is missing ({})",
-        venv().display()
-    );
-    eprintln!("{test}: skipped: the real planner's environment is not installed");
-    false
-}
+use common::{have_env, kvsim, root, tmp_dir, venv};
 
 fn text(o: &Output) -> String {
     format!(

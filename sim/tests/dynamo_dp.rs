@@ -9,51 +9,14 @@
 //! the suite skips, unless `KVSIM_REQUIRE_DYNAMO=1` (then it fails). The
 //! bad-input test needs no environment.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use common::{have_env, kvsim, scenario_file, tmp_dir};
 
 use serde_json::Value;
-
-fn kvsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvsim"))
-        .args(args)
-        .output()
-        .expect("kvsim runs")
-}
-
-fn scenario_file(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/dynamo")
-        .join(format!("{name}.json"))
-        .display()
-        .to_string()
-}
-
-fn tmp_dir(name: &str) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = name.replace(':', "-");
-    let d = std::env::temp_dir().join(format!("kvsim-dynamo-dp-test-{}-{n}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn have_env(test: &str) -> bool {
-    let venv = std::env::var_os("KVSIM_DYNAMO_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/kvsim/dynamo-1.6.1-vllm-0.31.0"));
-    if venv.join(".kvsim-ready").is_file() {
-        return true;
-    }
-    assert!(
-        std::env::var("KVSIM_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-        "{test}: the real planner's environment is missing ({}); run bash conformance/dynamo/setup_venv.sh",
-        venv.display()
-    );
-    eprintln!("{test}: skipped: the real planner's environment is not installed");
-    false
-}
 
 struct Run {
     out: Output,

@@ -42,6 +42,38 @@ pub struct RecordOptions {
     pub abort_chains: Option<u64>,
 }
 
+impl RecordOptions {
+    /// The `kvsim dynamo run` flags that give these options (besides the
+    /// scenario and the planner source).
+    pub fn run_flags(&self) -> Vec<String> {
+        let o = self;
+        let mut f = Vec::new();
+        if !o.warmup {
+            f.push("--no-warmup".into());
+        }
+        if o.live_state {
+            f.push("--live-state".into());
+        }
+        if o.clock_scale != 1.0 {
+            f.push(format!("--clock-scale {}", o.clock_scale));
+        }
+        if let Some((at, by)) = o.delay_outputs {
+            f.push(format!("--delay-outputs {at}:{by}"));
+        }
+        if o.defer_block_free {
+            f.push("--defer-block-free".into());
+        }
+        if let Some(step) = o.abort_chains {
+            f.push(format!("--abort-chains {step}"));
+        }
+        if let Some((rank, ticks)) = o.message_lag {
+            f.push(format!("--message-lag {rank}:{ticks}"));
+        }
+        f.push(format!("--max-steps {}", o.max_steps));
+        f
+    }
+}
+
 impl Default for RecordOptions {
     fn default() -> Self {
         RecordOptions {

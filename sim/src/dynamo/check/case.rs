@@ -224,32 +224,4 @@ impl RealCase {
         }
         out
     }
-
-    /// The flags `kvsim dynamo run` needs besides the scenario file.
-    pub fn run_flags(&self, o: &RecordOptions) -> Vec<String> {
-        let mut f = Vec::new();
-        if !o.warmup {
-            f.push("--no-warmup".into());
-        }
-        if o.live_state {
-            f.push("--live-state".into());
-        }
-        if o.clock_scale != 1.0 {
-            f.push(format!("--clock-scale {}", o.clock_scale));
-        }
-        if let Some((at, by)) = o.delay_outputs {
-            f.push(format!("--delay-outputs {at}:{by}"));
-        }
-        if o.defer_block_free {
-            f.push("--defer-block-free".into());
-        }
-        if let Some(step) = o.abort_chains {
-            f.push(format!("--abort-chains {step}"));
-        }
-        if let Some((rank, ticks)) = o.message_lag {
-            f.push(format!("--message-lag {rank}:{ticks}"));
-        }
-        f.push(format!("--max-steps {}", o.max_steps));
-        f
-    }
 }

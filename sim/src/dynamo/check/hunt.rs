@@ -166,29 +166,12 @@ fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Ve
         timeout: wall,
         ..RecordOptions::default()
     };
-    let mut f = Vec::new();
-    if let Some(t) = w.timeout_seconds {
-        f.push(format!("--timeout-seconds {t}"));
-    }
-    if !o.warmup {
-        f.push("--no-warmup".into());
-    }
-    if o.live_state {
-        f.push("--live-state".into());
-    }
-    if o.clock_scale != 1.0 {
-        f.push(format!("--clock-scale {}", o.clock_scale));
-    }
-    if o.defer_block_free {
-        f.push("--defer-block-free".into());
-    }
-    if let Some(s) = o.abort_chains {
-        f.push(format!("--abort-chains {s}"));
-    }
-    if let Some((a, b)) = o.delay_outputs {
-        f.push(format!("--delay-outputs {a}:{b}"));
-    }
-    f.push(format!("--max-steps {}", o.max_steps));
+    let mut f: Vec<String> = w
+        .timeout_seconds
+        .map(|t| format!("--timeout-seconds {t}"))
+        .into_iter()
+        .collect();
+    f.extend(o.run_flags());
     (o, f)
 }
 

@@ -306,7 +306,7 @@ pub fn write_repro(
         "kvsim dynamo run".to_string(),
         format!("--scenario-file {}", scenario_file.display()),
     ];
-    cmd.extend(case.run_flags(o));
+    cmd.extend(o.run_flags());
     if let Some(f) = &cfg.planner_flag {
         cmd.push(f.clone());
     }
