@@ -355,6 +355,7 @@ class Group:
     # -- phases ----------------------------------------------------------
 
     def forward_phase(self, rk):
+        self.runner.shrink_due(rk.rec, rk.index)
         output = rk.sched.schedule()
         rk.mismatch = self.R.runner_view(rk, output)
         mro, sampled = self.R.model_output(rk, output)

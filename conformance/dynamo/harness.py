@@ -10,7 +10,8 @@ REQUEST.json (written by `kvsim dynamo run`, format `kvsim-dynamo-request/1`):
    "options": {"warmup": true, "live_state": false, "max_steps": N,
                "planner_source": null | PATH, "clock_scale": 1.0,
                "delay_outputs": null | {"step": S, "by": K},
-               "defer_block_free": false, "abort": null | {"step": S, "prefix": P}}}
+               "defer_block_free": false, "abort": null | {"step": S, "prefix": P},
+               "shrink_pool": null | {"step": S, "rank": R, "blocks": N}}}
 
 DIR receives plan.json, artifact.json (the planner's own artifact, run id and
 wall-clock stamps normalised) and report.json. A Python exception inside the
@@ -248,6 +249,9 @@ class Runner:
             "kv_cache_config": "vllm.v1.core.kv_cache_utils.get_kv_cache_configs",
         }
 
+        shrink = self.options.get("shrink_pool")
+        if shrink and not 0 <= int(shrink.get("rank", 0)) < dp_ranks:
+            raise layout.LayoutError(f"shrink_pool rank {shrink.get('rank')} is not one of the {dp_ranks} ranks")
         for single in ("defer_block_free", "abort"):
             if dp_ranks > 1 and self.options.get(single):
                 raise layout.LayoutError(f"{single} is single-rank only")
@@ -362,6 +366,14 @@ class Runner:
         ids = sorted(r for r in self.sched.requests if r.startswith(str(a.get("prefix", ""))))
         self.rec.external_abort(ids)
 
+    def shrink_due(self, rec, rank):
+        """`options.shrink_pool` = {step, rank, blocks}: before that step's schedule,
+        that rank's pool loses `blocks` free blocks for the rest of the run
+        (`Recorder.external_shrink`)."""
+        d = self.options.get("shrink_pool")
+        if d and int(d["step"]) == rec.step and int(d.get("rank", 0)) == rank:
+            rec.external_shrink(int(d["blocks"]))
+
     def run(self):
         if self.dp is not None:
             return self.dp.run()
@@ -379,6 +391,7 @@ class Runner:
                     error = f"the sweep did not end within {max_steps} steps"
                     break
                 self.abort_due(rec.step)
+                self.shrink_due(rec, 0)
                 output = sched.schedule()
                 mismatch = self.runner_view(output)
                 mro, sampled = self.model_output(output)

@@ -74,6 +74,8 @@ class Recorder:
         self.owned_refs = []  # touch / free_blocks block ids inside an owned planner method
         self.fenced_cow = set()  # copy-on-write retentions released through the fence, pending
         self.aborting = False  # inside a harness abort: the `abort` faults are the record
+        self.shrinking = False  # inside a harness pool shrink: the fault is the record
+        self.held = []  # blocks a `shrink_pool` fault took out of the pool
         # Attention-DP: every step and point names its rank (spec/plan.md §3);
         # a single-rank recording stays as it was.
         self.rank = int(getattr(sched, "_fpm_dp_rank", 0) or 0)
@@ -257,7 +259,15 @@ class Recorder:
         if rid not in self.known:
             return  # never allocated: kvsim never saw it
         if self.aborting:
-            # The `abort` fault frees it in kvsim's engine at the step's start.
+            # The `abort` fault frees it in kvsim's engine at the step's start,
+            # one fault per request in the order vLLM freed them (its
+            # finish_requests walks a set of the ids: hash order).
+            entry = {"fault": "abort", "step": self.step, "req": rid}
+            if self.rank:
+                entry["rank"] = self.rank
+            if fenced:
+                entry["fenced"] = True
+            self.faults.append(entry)
             self.known.pop(rid, None)
             self.shadows.discard(rid)
             return
@@ -287,6 +297,8 @@ class Recorder:
         self.ops.append({"op": "reset_prefix_cache", "expect": bool(result)})
 
     def _on_pool(self, name, args, result):
+        if self.shrinking:
+            return  # the harness's own draw: the `shrink_pool` fault is the record
         if self.owned:
             if name == "get_new_blocks":
                 self.owned_draws.append(block_ids(result))
@@ -445,21 +457,58 @@ class Recorder:
             self.timed_step = True
 
     def external_abort(self, ids):
-        """A harness fault before the step's schedule: abort `ids`. Each one kvsim's
-        engine knows is an `abort` fault at this step (its `finish_requests`)."""
+        """A harness fault before the step's schedule: abort `ids` in one
+        `finish_requests` call, as the engine core does. Each request kvsim's
+        engine knows becomes an `abort` fault at this step (`_retire`)."""
         from vllm.v1.request import RequestStatus
 
-        for rid in ids:
-            if rid in self.known:
-                entry = {"fault": "abort", "step": self.step, "req": rid}
-                if self.rank:
-                    entry["rank"] = self.rank
-                self.faults.append(entry)
         self.aborting = True
         try:
             self.sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
         finally:
             self.aborting = False
+
+    def external_shrink(self, blocks):
+        """A harness fault before the step's schedule: `blocks` free blocks (at most
+        every free one) are drawn from the pool and held for the rest of the run,
+        a rank whose pool is smaller than the one planned with. Recorded as a
+        `shrink_pool` fault; kvsim's engine draws the same blocks (spec/plan.md §4)."""
+        entry = {"fault": "shrink_pool", "step": self.step, "blocks": int(blocks)}
+        if self.rank:
+            entry["rank"] = self.rank
+        self.faults.append(entry)
+        n = min(int(blocks), self.pool.get_num_free_blocks())
+        if not self.held:
+            self._hide_held_from_reset()
+        self.held.extend(self._harness_draw(n))
+
+    def _harness_draw(self, n):
+        self.shrinking = True
+        try:
+            return self.pool.get_new_blocks(n) if n > 0 else []
+        finally:
+            self.shrinking = False
+
+    def _hide_held_from_reset(self):
+        """A smaller pool has no held blocks for `reset_prefix_cache` to count as
+        used: around each reset the held blocks go back to the pool and as many
+        are drawn again after it, as kvsim's engine does with a shrunk pool."""
+        pool, orig = self.pool, self.pool.reset_prefix_cache
+
+        @functools.wraps(orig)
+        def reset(*args, **kwargs):
+            held, self.held = self.held, []
+            self.shrinking = True
+            try:
+                pool.free_blocks(held)
+            finally:
+                self.shrinking = False
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self.held = self._harness_draw(len(held))
+
+        pool.reset_prefix_cache = reset
 
     def set_soft_timeout(self, clock, timeout_seconds):
         """Take the soft deadline from the harness's virtual clock: the planner's

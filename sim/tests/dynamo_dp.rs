@@ -228,6 +228,36 @@ fn a_lag_past_the_protocol_timeout_is_a_finding() {
     assert!(!t["protocol_timeouts"].as_array().unwrap().is_empty(), "{t}");
 }
 
+/// A smaller free pool on one rank when the planner sizes its stages: 1.6.1
+/// negotiates the group's capacity, so the recording replays exactly (the
+/// fault recorded on its rank); the seed-bug patch that sizes stages from the
+/// local pool gives the ranks different grids (§8.2 bug 17).
+#[test]
+fn a_smaller_pool_on_one_rank_is_negotiated_away() {
+    if !have_env("shrink-pool") {
+        return;
+    }
+    let run = passes("mm-dp2", &["--shrink-pool", "0:1:1500"]);
+    let plan = run.json("plan.json");
+    assert_lockstep(&plan, 2);
+    assert_eq!(
+        plan["faults"],
+        serde_json::json!([{"fault": "shrink_pool", "step": 0, "rank": 1, "blocks": 1500}])
+    );
+    let bug = record(
+        "mm-dp2",
+        &["--shrink-pool", "0:1:1500", "--mutant", "per-rank-capacity"],
+    );
+    assert_eq!(bug.out.status.code(), Some(1), "{}", bug.stdout());
+    let report = bug.json("report.json");
+    assert_eq!(report["replay"]["invariant"], "DY-RAISED", "{report}");
+    assert!(
+        report["error"].as_str().unwrap().contains("grid mismatch"),
+        "{}",
+        report["error"]
+    );
+}
+
 #[test]
 fn message_lag_needs_an_attention_dp_rank() {
     for (args, needle) in [

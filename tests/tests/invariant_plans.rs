@@ -260,6 +260,31 @@ fn pl_deadline_a_point_injected_after_the_soft_timeout() {
     assert_trips(&bad, "PL-DEADLINE");
 }
 
+#[test]
+fn pl_deadline_spares_a_ranks_first_point() {
+    // `_bench_stop_at_timeout_boundary` returns early until a point finished
+    // (dynamo_fpm.md §1.12): 1.6.1 runs the first point past the deadline.
+    let steps = vec![(1, 0, vec![json!({"op": "inject_point", "point": 1})])];
+    let mut first = plan(scenario(None, 1, 32), steps);
+    first["faults"] = json!([{"fault": "soft_timeout", "step": 1}]);
+    assert_passes(&first);
+}
+
+#[test]
+fn pl_deadline_judges_a_points_own_admission_by_the_point_not_as_a_stage() {
+    // 1.6.1's synthetic decode point admits its prompt in the injection step
+    // (then marks it computed): point execution, not a stage build.
+    let mut ops = vec![json!({"op": "inject_point", "point": 1})];
+    ops.extend(prefill("p", 8));
+    let mut point = plan(scenario(None, 1, 32), vec![(1, 0, ops)]);
+    point["faults"] = json!([{"fault": "soft_timeout", "step": 1}]);
+    assert_passes(&point);
+    // The same prefill without the injection is a stage starting past the deadline.
+    let mut stage = plan(scenario(None, 1, 32), vec![(1, 0, prefill("p", 8))]);
+    stage["faults"] = json!([{"fault": "soft_timeout", "step": 1}]);
+    assert_trips(&stage, "PL-DEADLINE");
+}
+
 /// One step of a recorded plan: request `a` prefilled, then what the real
 /// manager held at the end of the step.
 fn observed(extra: Value) -> Value {

@@ -225,13 +225,17 @@ impl Engine {
             }
             PlanOp::InjectPoint { point } => {
                 let mut out = OpOutcome::ok(format!("inject {point}"));
-                if self.deadline_passed {
+                // Dynamo samples the deadline before a new point only once a point
+                // has finished (`_bench_stop_at_timeout_boundary`, §1.12): the first
+                // point of a rank runs whatever the clock says.
+                if self.deadline_passed && !self.points.is_empty() {
                     out.violations.push(Self::violation(
                         "PL-DEADLINE",
                         format!("point {point} injected after the soft deadline passed"),
                     ));
                 }
                 self.points.entry(*point).or_insert((self.step_seq, 0));
+                self.inject_seq = Some(self.step_seq);
                 // The blocking stage exchange (PR #14728, dynamo_fpm.md §7.1, §8.2 bug 22):
                 // every rank acts once every rank's message arrived, i.e. after the
                 // group's largest lag; the non-blocking one acts on its own lag.
@@ -301,9 +305,11 @@ impl Engine {
         let r = self.req(id)?;
         let admitting = r.req.status != RequestStatus::Running;
         // A stage build (a chain rung or a native exact-context prefill: a request
-        // prefilling its own prompt, neither a shadow nor on synthetic KV) neither
+        // prefilling its own prompt, neither a shadow, nor on synthetic KV, nor
+        // admitted by a point's injection) neither
         // starts nor continues after the soft deadline (§1.12, §3.3 step 4; §8.2 bug 5).
         let stage_after_deadline = self.deadline_passed
+            && !r.point_request
             && r.shadow_of.is_none()
             && r.synthetic_upto == 0
             && r.req.num_computed_tokens < r.req.num_prompt_tokens;

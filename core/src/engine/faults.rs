@@ -15,8 +15,13 @@ impl Engine {
                 Some(format!("soft timeout at step {step}"))
             }
             // finish_requests(ABORTED): an unknown or finished id is ignored.
-            FaultSpec::Abort { step: s, rank: r, req } if *s == step && *r == rank => {
-                (!self.finish_requests(&[req.as_str()], false).is_empty()).then(|| format!("abort {req}"))
+            FaultSpec::Abort {
+                step: s,
+                rank: r,
+                req,
+                fenced,
+            } if *s == step && *r == rank => {
+                (!self.finish_requests(&[req.as_str()], *fenced).is_empty()).then(|| format!("abort {req}"))
             }
             FaultSpec::ShrinkPool {
                 step: s,

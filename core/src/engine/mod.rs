@@ -37,6 +37,9 @@ pub struct EngineReq {
     /// A random-KDA shadow: its recurrent state at this depth is the deterministic
     /// random fill, not the chain's (dynamo_fpm.md §8.1 invariant 49).
     pub random_state_at: Option<u64>,
+    /// Added in the step that injected a point: the point's own request, whose
+    /// admission the point's deadline check judges, not the stage check.
+    pub point_request: bool,
 }
 
 /// Outputs of a forward that have not been processed yet.
@@ -105,6 +108,8 @@ pub struct Engine {
     pub fail_registration_after: Option<u32>,
     /// The soft deadline has passed (fault / clock).
     pub deadline_passed: bool,
+    /// The step (`step_seq`) of the last point injection.
+    pub inject_seq: Option<u64>,
     /// The largest message lag of any rank: the blocking stage exchange waits for it.
     pub group_lag: u64,
     /// Points injected on this rank: (step of the injection, steady timed windows since).
@@ -148,6 +153,7 @@ impl Engine {
             output_delay: 0,
             fail_registration_after: None,
             deadline_passed: false,
+            inject_seq: None,
             group_lag: 0,
             points: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -209,6 +215,7 @@ impl Engine {
             synthetic_upto: 0,
             random_state_at: None,
             hit_tokens: 0,
+            point_request: self.inject_seq == Some(self.step_seq),
         }
     }
 

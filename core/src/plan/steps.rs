@@ -216,6 +216,10 @@ pub enum FaultSpec {
         #[serde(default)]
         rank: u32,
         req: String,
+        /// Its step is in flight under `defer_block_free`: the free waits behind
+        /// the fence, as a fenced `finish` does.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fenced: bool,
     },
     /// `blocks` free blocks of the rank become unusable (a smaller pool than negotiated).
     ShrinkPool {

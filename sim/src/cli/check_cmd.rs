@@ -20,7 +20,8 @@ use crate::output::write_atomic;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// A mutant to hunt (`kvsim mutants` lists them), or `all`.
+    /// A mutant to hunt (`kvsim mutants` lists them), or `all`; with --planner
+    /// dynamo also a comma-separated list of real-planner mutants.
     #[arg(long)]
     pub mutant: Option<String>,
     /// Cases per scenario (default 100; with --mutant, the budget per mutant, also 100).

@@ -71,6 +71,7 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<RealCheckConfig, CliError
             .as_ref()
             .map(|p| format!("--planner-source {}", p.display())),
         env: CaseEnv {
+            probe_source: planner_source.clone(),
             planner_source,
             wall: Duration::from_secs(a.harness_timeout),
         },

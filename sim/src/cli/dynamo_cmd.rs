@@ -83,10 +83,25 @@ pub struct ScenarioArgs {
     /// (`finish_requests(FINISHED_ABORTED)`, a request the engine lost; recorded as `abort` faults).
     #[arg(long)]
     pub abort_chains: Option<u64>,
+    /// STEP:RANK:BLOCKS — before STEP's schedule, BLOCKS free blocks of RANK's pool
+    /// become unusable for the rest of the run (a rank whose pool is smaller than
+    /// the one planned with; recorded as a `shrink_pool` fault).
+    #[arg(long, value_parser = parse_triple)]
+    pub shrink_pool: Option<(u64, u32, u32)>,
     /// Run the installed planner with this seed-bug patch applied to a copy
     /// (`conformance/dynamo/mutants/`, `kvsim check --planner dynamo --mutant all`).
     #[arg(long, conflicts_with = "planner_source")]
     pub mutant: Option<String>,
+}
+
+fn parse_triple(s: &str) -> Result<(u64, u32, u32), String> {
+    let bad = || format!("{s:?}: expected STEP:RANK:BLOCKS with three whole numbers");
+    let mut it = s.split(':').map(|x| x.trim().parse::<u64>().map_err(|_| bad()));
+    let (Some(a), Some(b), Some(c), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let small = |v: u64| u32::try_from(v).map_err(|_| bad());
+    Ok((a?, small(b?)?, small(c?)?))
 }
 
 fn parse_pair(s: &str) -> Result<(u64, u64), String> {
@@ -163,7 +178,11 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
     };
     let planner_source = match (&a.mutant, &scratch) {
         (Some(name), Some(dir)) => {
-            let m = select(name).map_err(CliError::Input)?.remove(0);
+            let mut ms = select(name).map_err(CliError::Input)?;
+            if ms.len() != 1 {
+                return Err(CliError::Input(format!("--mutant takes one mutant here, not {name:?}")));
+            }
+            let m = ms.remove(0);
             Some(patched_copy(&m, &dir.0).map_err(CliError::Input)?)
         }
         _ => a.planner_source.clone(),
@@ -179,6 +198,7 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
         message_lag,
         defer_block_free: a.defer_block_free,
         abort_chains: a.abort_chains,
+        shrink_pool: a.shrink_pool,
     };
     eprintln!(
         "kvsim dynamo: running the real planner over {} (importing vLLM takes ~10 s)",

@@ -40,6 +40,11 @@ pub struct RecordOptions {
     /// At the start of this step every live warm-up chain is aborted
     /// (`finish_requests(FINISHED_ABORTED)`; recorded as `abort` faults).
     pub abort_chains: Option<u64>,
+    /// (step, rank, blocks): before that step's schedule, that many free blocks
+    /// of the rank's pool become unusable (held by the harness for the rest of
+    /// the run: a rank whose pool is smaller than the one planned with;
+    /// recorded as a `shrink_pool` fault).
+    pub shrink_pool: Option<(u64, u32, u32)>,
 }
 
 impl RecordOptions {
@@ -69,6 +74,9 @@ impl RecordOptions {
         if let Some((rank, ticks)) = o.message_lag {
             f.push(format!("--message-lag {rank}:{ticks}"));
         }
+        if let Some((step, rank, blocks)) = o.shrink_pool {
+            f.push(format!("--shrink-pool {step}:{rank}:{blocks}"));
+        }
         f.push(format!("--max-steps {}", o.max_steps));
         f
     }
@@ -87,6 +95,7 @@ impl Default for RecordOptions {
             message_lag: None,
             defer_block_free: false,
             abort_chains: None,
+            shrink_pool: None,
         }
     }
 }
@@ -177,6 +186,7 @@ pub(super) fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
             "message_lag": o.message_lag.map(|(rank, steps)| json!({"rank": rank, "steps": steps})),
             "defer_block_free": o.defer_block_free,
             "abort": o.abort_chains.map(|step| json!({"step": step, "prefix": "__kvwarm_chain_"})),
+            "shrink_pool": o.shrink_pool.map(|(step, rank, blocks)| json!({"step": step, "rank": rank, "blocks": blocks})),
         }
     })
 }

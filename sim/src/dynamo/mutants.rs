@@ -98,13 +98,16 @@ pub fn select(name: &str) -> Result<Vec<RealMutant>, String> {
     if name == "all" {
         return Ok(all);
     }
-    match all.iter().find(|m| m.name == name) {
-        Some(m) => Ok(vec![m.clone()]),
-        None => Err(format!(
-            "unknown real-planner mutant {name:?}; known: {}",
-            all.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
-        )),
-    }
+    // A comma-separated list hunts those, in the order given.
+    name.split(',')
+        .map(|n| match all.iter().find(|m| m.name == n.trim()) {
+            Some(m) => Ok(m.clone()),
+            None => Err(format!(
+                "unknown real-planner mutant {n:?}; known: {}",
+                all.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+        })
+        .collect()
 }
 
 /// The installed planner module of the environment.

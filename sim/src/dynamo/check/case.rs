@@ -12,6 +12,10 @@ use kvsim_core::fpm::sweep::{plan_sweep_with, SweepOptions};
 use kvsim_core::plan::GroupKindName;
 
 use crate::check::case::{build_scenario, CaseSpec};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::aim::Builds;
 use crate::check::run::extent;
 use crate::dynamo::RecordOptions;
 
@@ -53,6 +57,16 @@ pub struct RealCase {
     pub defer_block_free: bool,
     /// One rank: every live warm-up chain is aborted at this step.
     pub abort_chains: Option<u32>,
+    /// Aimed: before the case runs, its timeout, abort and delay steps are
+    /// moved onto the chain builds of a fault-free probe recording, drawn
+    /// from this seed (`resolve`). A resolved case has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aim: Option<u64>,
+    /// (step, rank, percent): before that step, that share of the rank's pool
+    /// becomes unusable (step 0: before the planner sizes its stages, so under
+    /// DP the ranks' free pools differ; later: a local shortfall mid-sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrink_pool: Option<(u32, u32, u32)>,
 }
 
 /// The layouts the swarm scales down (single-rank built-ins).
@@ -74,7 +88,7 @@ impl RealCase {
         let async_scheduling = rng.gen_bool(0.5);
         let random_kda = rng.gen_bool(0.5);
         let dp2 = rng.gen_bool(0.25);
-        RealCase {
+        let mut c = RealCase {
             base: base.name.clone(),
             // The chain gate needs expert parallelism: MoE layouts mostly get it.
             expert_parallel: moe && rng.gen_bool(0.85),
@@ -111,7 +125,145 @@ impl RealCase {
             message_lag: (dp2 && rng.gen_bool(0.3)).then(|| (rng.gen_range(0..2), rng.gen_range(1..=3))),
             defer_block_free: async_scheduling && !dp2 && rng.gen_bool(0.4),
             abort_chains: (!dp2 && rng.gen_bool(0.12)).then(|| rng.gen_range(8..=120)),
+            aim: None,
+            shrink_pool: None,
+        };
+        // Drawn after every knob above, so those knobs keep their draws.
+        let scene = c.widen(base, rng);
+        let faults = c.timeout_step.is_some() || c.abort_chains.is_some() || c.delay_outputs.is_some();
+        // A full-scale scene always aims; a small draw's faults mostly.
+        if faults && (scene || rng.gen_bool(0.7)) {
+            c.aim = Some(rng.gen());
         }
+        // Under attention-DP mostly, and mostly before planning: the one fault
+        // that makes the ranks' pools differ (§8.2 bug 17).
+        if rng.gen_bool(if c.dp2 { 0.4 } else { 0.15 }) {
+            let early = rng.gen_bool(if c.dp2 { 0.8 } else { 0.5 });
+            let step = if early { 0 } else { rng.gen_range(1..=300) };
+            let rank = if c.dp2 { rng.gen_range(0..2) } else { 0 };
+            c.shrink_pool = Some((step, rank, rng.gen_range(5..=60)));
+        }
+        c
+    }
+
+    /// Regimes a small draw never reaches. Full scale: thousands of tokens
+    /// and 32 slots, so a stage is 2·B chains of thousands of tokens and (with
+    /// a 256-token budget) one build spans many steps; the deadline, abort and
+    /// fence paths act mid-build only there, so each full-scale case gets one
+    /// of those scenes. Otherwise sometimes a model length whose chain cap
+    /// (`max_len` − 4) sits on a block edge, and long steady runs, so a
+    /// shadow's last block lies past the chain's (§8.2 bug 6).
+    /// True for a full-scale scene.
+    fn widen(&mut self, base: &BuiltinScenario, rng: &mut impl Rng) -> bool {
+        if !rng.gen_bool(0.25) {
+            if rng.gen_bool(0.15) {
+                self.max_len += 4;
+            }
+            if rng.gen_bool(0.1) {
+                self.repeats = 100;
+            }
+            return false;
+        }
+        let sch = &base.scenario.scheduler;
+        let groups = &base.scenario.model.groups;
+        // The scale of the witnesses (mm-async): far below the layouts' own
+        // 64k tokens, which the planner on one CPU core would take minutes over.
+        self.max_len = pick(rng, &[2048, 4096]).min(sch.max_model_len);
+        self.max_seqs = 32.min(sch.max_num_seqs);
+        self.block_size = groups.iter().map(|g| g.block_size).max().unwrap_or(16);
+        self.window = groups
+            .iter()
+            .filter_map(|g| g.sliding_window)
+            .max()
+            .unwrap_or(self.window);
+        // Mostly a 256-token budget: builds of many steps, several of them.
+        self.batched_tokens = pick(rng, &[256, 256, 2048]);
+        // A scene is about chain builds: the gate's conditions for them hold
+        // (expert parallelism for MoE, random KDA for a state group; §3.1).
+        self.warmup = true;
+        if base.scenario.model.experts > 0 {
+            self.expert_parallel = true;
+        }
+        if Self::has_state(base) {
+            self.random_kda = true;
+            self.live_state = false;
+        }
+        // Big enough for a stage, small enough to be near capacity.
+        self.pool_pct = rng.gen_range(15..=60);
+        self.repeats = self.repeats.min(3);
+        // The scene's steps are drawn as a small case's, until `resolve` puts
+        // them on a build (a layout the gate refuses has none).
+        let single_rank = |c: &mut RealCase| {
+            c.dp2 = false;
+            c.message_lag = None;
+        };
+        match rng.gen_range(0..4) {
+            // The deadline mid-build (§3.3 step 4; bugs 2, 5).
+            0 => self.timeout_step = Some(rng.gen_range(6..=400)),
+            // Every chain aborted mid-build (bug 3).
+            1 => {
+                single_rank(self);
+                self.abort_chains = Some(rng.gen_range(8..=120));
+            }
+            // A build's last chunk held in flight (a deeper batch queue; bug 7).
+            2 => {
+                self.async_scheduling = true;
+                self.delay_outputs = Some((rng.gen_range(0..300), rng.gen_range(2..=3)));
+            }
+            // The deadline mid-build behind the deferred-free fence, the shed
+            // chain's chunk sometimes held over the cleanup (bugs 13, 14).
+            _ => {
+                single_rank(self);
+                self.async_scheduling = true;
+                self.defer_block_free = true;
+                let t = rng.gen_range(6..=400);
+                self.timeout_step = Some(t);
+                self.delay_outputs = rng.gen_bool(0.5).then_some((t - 1, 3));
+            }
+        }
+        true
+    }
+
+    /// The case without its faults: the probe an aimed case is resolved on.
+    pub fn probe(&self) -> RealCase {
+        RealCase {
+            timeout_step: None,
+            delay_outputs: None,
+            abort_chains: None,
+            aim: None,
+            ..self.clone()
+        }
+    }
+
+    /// Move the drawn timeout, abort and delay onto `builds` (the probe's
+    /// chain builds): a timeout or abort on a step mid-build, a delay on a
+    /// build's last chunk, or with a timeout on the step before the deadline
+    /// (the shed chain's chunk still in flight over the cleanup). Without
+    /// builds (the gate refused warm-up) the drawn steps stay.
+    pub fn resolve(&self, builds: &Builds) -> RealCase {
+        let mut c = RealCase {
+            aim: None,
+            ..self.clone()
+        };
+        let (Some(seed), false) = (self.aim, builds.is_empty()) else {
+            return c;
+        };
+        let rng = &mut ChaCha8Rng::seed_from_u64(seed);
+        let step = |s: u64| u32::try_from(s).unwrap_or(u32::MAX).max(1);
+        if c.timeout_step.is_some() {
+            c.timeout_step = Some(step(builds.mid_build(rng)));
+        }
+        if c.abort_chains.is_some() {
+            c.abort_chains = Some(step(builds.mid_build(rng)));
+        }
+        if let Some((_, by)) = c.delay_outputs {
+            let at = match c.timeout_step {
+                Some(t) => t.saturating_sub(1).max(1),
+                None => step(builds.closing(rng)),
+            };
+            c.delay_outputs = Some((at, by));
+        }
+        c
     }
 
     fn spec(&self) -> CaseSpec {
@@ -178,6 +330,10 @@ impl RealCase {
             message_lag: self.message_lag.filter(|_| self.dp2),
             defer_block_free: self.defer_block_free && self.async_scheduling && !self.dp2,
             abort_chains: self.abort_chains.filter(|_| !self.dp2).map(u64::from),
+            shrink_pool: self.shrink_pool.map(|(step, rank, pct)| {
+                let blocks = u64::from(s.scenario.pool_blocks) * u64::from(pct) / 100;
+                (u64::from(step), rank, u32::try_from(blocks).unwrap_or(u32::MAX))
+            }),
         }
     }
 
@@ -193,11 +349,15 @@ impl RealCase {
             }
         };
         push(&|c| c.abort_chains = None);
+        push(&|c| c.shrink_pool = None);
         push(&|c| c.defer_block_free = false);
         push(&|c| c.message_lag = None);
         push(&|c| {
             c.dp2 = false;
             c.message_lag = None;
+            if let Some((_, r, _)) = c.shrink_pool.as_mut() {
+                *r = 0;
+            }
         });
         push(&|c| c.delay_outputs = None);
         push(&|c| c.timeout_step = None);
@@ -223,5 +383,54 @@ impl RealCase {
             push(&|c| c.timeout_step = Some(k.div_ceil(2)));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aimed() -> RealCase {
+        let base = &bases()[0];
+        let mut c = RealCase::draw(base, &mut ChaCha8Rng::seed_from_u64(1));
+        c.timeout_step = Some(500);
+        c.abort_chains = Some(500);
+        c.delay_outputs = None;
+        c.aim = Some(9);
+        c
+    }
+
+    #[test]
+    fn an_aimed_case_lands_its_faults_mid_build_and_resolves_the_same_way_twice() {
+        let builds = Builds {
+            runs: vec![(7, 100), (115, 132), (147, 147)],
+        };
+        let c = aimed();
+        let r = c.resolve(&builds);
+        assert_eq!(r, c.resolve(&builds), "same seed, same steps");
+        assert_eq!(r.aim, None);
+        for s in [r.timeout_step.unwrap(), r.abort_chains.unwrap()] {
+            let s = u64::from(s);
+            assert!(builds.runs.iter().any(|&(a, e)| (a < s || a == e) && s <= e), "{s}");
+        }
+        // A delay with a timeout sits on the step before the deadline; alone, on a build's last chunk.
+        let mut d = c.clone();
+        d.delay_outputs = Some((0, 3));
+        let rd = d.resolve(&builds);
+        assert_eq!(rd.delay_outputs.unwrap().0 + 1, rd.timeout_step.unwrap());
+        d.timeout_step = None;
+        let closing = d.resolve(&builds).delay_outputs.unwrap().0;
+        assert!([100, 132, 147].contains(&closing), "{closing}");
+    }
+
+    #[test]
+    fn without_builds_or_aim_the_drawn_steps_stay() {
+        let c = aimed();
+        let r = c.resolve(&Builds::default());
+        assert_eq!((r.timeout_step, r.abort_chains, r.aim), (Some(500), Some(500), None));
+        let plain = RealCase { aim: None, ..c.clone() };
+        assert_eq!(plain.resolve(&Builds { runs: vec![(1, 4)] }), plain);
+        assert_eq!(c.probe().timeout_step, None);
+        assert_eq!(c.probe().abort_chains, None);
     }
 }

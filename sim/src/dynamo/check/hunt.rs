@@ -1,8 +1,9 @@
 //! `kvsim check --planner dynamo --mutant`: hunt each seed bug re-introduced
 //! into a copy of the real planner. A case kills the mutant when the patched
-//! planner fails it and the unpatched one passes it (the case shows the patch,
-//! not a bug 1.6.1 already has); the kill is shrunk with that same rule and
-//! written as a minimal scenario plus one command.
+//! planner fails it before the unpatched one does, if that fails at all (the
+//! case shows the patch, not a bug 1.6.1 already has: `RealVerdict::kills`);
+//! the kill is shrunk with that same rule and written as a minimal scenario
+//! plus one command.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -39,8 +40,9 @@ pub struct MutantRow {
     pub seconds: f64,
 }
 
-/// Verdict keys of the unpatched planner per case index (shared by every hunt).
-pub type Control = BTreeMap<u64, String>;
+/// The unpatched planner's first failure step per case index (None: it
+/// passed; shared by every hunt).
+pub type Control = BTreeMap<u64, Option<u64>>;
 
 fn keys(
     pool: &mut Pool,
@@ -77,6 +79,7 @@ pub fn hunt_real(
     let source = patched_copy(m, scratch).map_err(RecordError::Io)?;
     let env = CaseEnv {
         planner_source: Some(source),
+        probe_source: cfg.env.probe_source.clone(),
         wall: cfg.env.wall,
     };
     let indices = cfg.indices();
@@ -102,23 +105,20 @@ pub fn hunt_real(
             .map(|&k| chunk[k])
             .filter(|i| !control.contains_key(i))
             .collect();
-        for (i, (key, _)) in unknown.iter().zip(keys(pool, cfg, &cfg.env, &unknown)?) {
-            control.insert(*i, key);
+        for (i, (_, out)) in unknown.iter().zip(keys(pool, cfg, &cfg.env, &unknown)?) {
+            control.insert(*i, out.and_then(|o| o.verdict.fail_step()));
         }
-        // A kill is a case the unpatched planner passes: the patch, nothing else.
-        let Some(k) = candidates.into_iter().find(|&k| control[&chunk[k]] == "passed") else {
+        // A kill is a case the patched planner fails before the unpatched one
+        // does, if it does at all: the patch, nothing else (`RealVerdict::kills`).
+        let kills = |k: usize| got[k].1.as_ref().is_some_and(|o| o.verdict.kills(control[&chunk[k]]));
+        let Some(k) = candidates.into_iter().find(|&k| kills(k)) else {
             continue;
         };
         let index = chunk[k];
         let (key, outcome) = got.into_iter().nth(k).expect("index in chunk");
-        let shrunk = shrink_case(
-            &mut pool.slots[0],
-            cfg.base(index),
-            cfg.case(index),
-            outcome.expect("a failing outcome"),
-            &env,
-            Some(&cfg.env),
-        )?;
+        let outcome = outcome.expect("a failing outcome");
+        let case = outcome.case.clone().unwrap_or_else(|| cfg.case(index));
+        let shrunk = shrink_case(&mut pool.slots[0], cfg.base(index), case, outcome, &env, Some(&cfg.env))?;
         let flagged = RealCheckConfig {
             planner_flag: Some(format!("--mutant {}", m.name)),
             env: env.clone(),
@@ -163,6 +163,14 @@ fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Ve
             .unwrap_or(false),
         abort_chains: num("abort_chains"),
         delay_outputs: pair("delay_outputs"),
+        // "STEP:RANK:BLOCKS", as the `--shrink-pool` flag.
+        shrink_pool: w.other.get("shrink_pool").and_then(|v| {
+            let n: Vec<u64> = v.as_str()?.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            match n[..] {
+                [a, b, c] => Some((a, u32::try_from(b).ok()?, u32::try_from(c).ok()?)),
+                _ => None,
+            }
+        }),
         timeout: wall,
         ..RecordOptions::default()
     };

@@ -2,6 +2,7 @@
 //! cases recorded on persistent harness workers and replayed with every
 //! invariant; findings shrunk over the case knobs; seed bugs hunted as patches.
 
+pub mod aim;
 pub mod case;
 pub mod hunt;
 pub mod pool;

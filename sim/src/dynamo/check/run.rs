@@ -10,6 +10,7 @@ use serde::Serialize;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::plan::{Plan, PlanSource};
 
+use super::aim::{chain_builds, Builds};
 use super::case::RealCase;
 use crate::dynamo::{audit_error, RecordError, RecordOptions, Worker};
 use crate::exec::{run_plan, Outcome};
@@ -92,6 +93,32 @@ impl RealVerdict {
         }
     }
 
+    /// The step of the first failure: None for a pass, 0 for a failure
+    /// without a step (set-up, an invalid plan, a hung or dead child).
+    pub fn fail_step(&self) -> Option<u64> {
+        match self {
+            RealVerdict::NotApplicable { .. } | RealVerdict::Passed => None,
+            RealVerdict::Violation { step, .. } | RealVerdict::Mismatch { step, .. } => Some(*step),
+            _ => Some(0),
+        }
+    }
+
+    /// Whether this (a patched planner's verdict) shows the patch against
+    /// `control` (the unpatched planner's on the same case): it fails, and
+    /// the unpatched planner passes or fails only later (a finding 1.6.1
+    /// itself has, further into the sweep, does not hide an earlier one the
+    /// patch causes). A failure without a step never counts as earlier.
+    pub fn kills(&self, control: Option<u64>) -> bool {
+        match (self.fail_step(), control) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(_), Some(_)) if !matches!(self, RealVerdict::Violation { .. } | RealVerdict::Mismatch { .. }) => {
+                false
+            }
+            (Some(mine), Some(theirs)) => mine < theirs,
+        }
+    }
+
     pub fn detail(&self) -> &str {
         match self {
             RealVerdict::NotApplicable { reason } => reason,
@@ -121,6 +148,8 @@ pub struct RealOutcome {
     pub source: Option<PlanSource>,
     /// Whether the worker must be replaced before the next case.
     pub worker_lost: bool,
+    /// The knobs it ran with (an aimed case resolved onto its probe's builds).
+    pub case: Option<RealCase>,
 }
 
 impl RealOutcome {
@@ -135,6 +164,7 @@ impl RealOutcome {
             plan: None,
             source: None,
             worker_lost: false,
+            case: None,
         }
     }
 }
@@ -144,6 +174,9 @@ impl RealOutcome {
 pub struct CaseEnv {
     /// A working copy (or patched copy) of the planner instead of the installed module.
     pub planner_source: Option<PathBuf>,
+    /// The planner an aimed case's probe records (a mutant hunt probes with
+    /// the unpatched one, so the patched and unpatched runs get the same faults).
+    pub probe_source: Option<PathBuf>,
     /// Wall-clock limit of one case.
     pub wall: Duration,
 }
@@ -151,6 +184,53 @@ pub struct CaseEnv {
 /// Run case `c` on `base` on `worker`. Errors that say the environment is
 /// unusable (no venv, no harness) come back as `Err`: the run stops with exit 2.
 pub fn run_real_case(
+    worker: &mut Worker,
+    base: &BuiltinScenario,
+    c: &RealCase,
+    env: &CaseEnv,
+) -> Result<RealOutcome, RecordError> {
+    let resolved;
+    let c = if c.aim.is_some() {
+        resolved = c.resolve(&probe_builds(worker, base, c, env)?);
+        &resolved
+    } else {
+        c
+    };
+    let mut out = record_and_replay(worker, base, c, env)?;
+    out.case = Some(c.clone());
+    Ok(out)
+}
+
+/// The chain builds of the case's fault-free probe (none when the probe
+/// could not be recorded: the case then keeps its drawn steps).
+fn probe_builds(
+    worker: &mut Worker,
+    base: &BuiltinScenario,
+    c: &RealCase,
+    env: &CaseEnv,
+) -> Result<Builds, RecordError> {
+    let probe = c.probe();
+    let Ok(s) = probe.scenario(base) else {
+        return Ok(Builds::default());
+    };
+    let mut o = probe.options(base, &s, env.wall);
+    o.planner_source = env.probe_source.clone();
+    match worker.record(&s, &o) {
+        Ok(rec) => Ok(chain_builds(&rec.plan)),
+        // The environment is unusable: the run stops (exit 2), as for a case.
+        Err(
+            e @ (RecordError::NoEnvironment
+            | RecordError::NoHarness(_)
+            | RecordError::NoPlannerSource(_)
+            | RecordError::Io(_)),
+        ) => Err(e),
+        // A probe the planner fails leaves the drawn steps; the case itself
+        // then shows the failure (a dead worker included: it is reported there).
+        Err(_) => Ok(Builds::default()),
+    }
+}
+
+fn record_and_replay(
     worker: &mut Worker,
     base: &BuiltinScenario,
     c: &RealCase,
@@ -235,6 +315,7 @@ pub fn run_real_case(
         plan: failed.then_some(rec.plan),
         source,
         worker_lost: false,
+        case: None,
     })
 }
 
@@ -257,5 +338,23 @@ mod tests {
         };
         assert_eq!(w.key(), "PL-WINDOW");
         assert!(!RealVerdict::NotApplicable { reason: "r".into() }.failed());
+    }
+
+    #[test]
+    fn a_patch_kills_when_it_fails_before_the_unpatched_planner_does() {
+        let at = |step| RealVerdict::Violation {
+            invariant: "PL-DEADLINE".into(),
+            step,
+            detail: String::new(),
+        };
+        assert!(at(9).kills(None), "the unpatched planner passes");
+        assert!(at(3).kills(Some(9)), "it fails later: a 1.6.1 finding further on");
+        assert!(!at(9).kills(Some(9)));
+        assert!(!at(12).kills(Some(9)));
+        assert!(!RealVerdict::Passed.kills(None));
+        let hung = RealVerdict::Hung { detail: String::new() };
+        assert!(hung.kills(None));
+        assert!(!hung.kills(Some(50)), "no step: never earlier");
+        assert_eq!(hung.fail_step(), Some(0));
     }
 }

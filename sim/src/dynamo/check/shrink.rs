@@ -21,8 +21,9 @@ pub struct Shrunk {
 }
 
 /// Shrink `case` (which failed with `first`). With `control` (the unpatched
-/// planner, for a mutant hunt), a variant counts only if the control passes
-/// it: the shrunk case shows the patch, not a bug 1.6.1 has.
+/// planner, for a mutant hunt), a variant counts only if it still kills
+/// (`RealVerdict::kills`: the control passes it or fails it later): the
+/// shrunk case shows the patch, not a bug 1.6.1 has.
 pub fn shrink_case(
     slot: &mut Slot,
     base: &BuiltinScenario,
@@ -62,7 +63,7 @@ pub fn shrink_case(
                         (o, lost)
                     })
                 })?;
-                if c.verdict.failed() {
+                if !out.verdict.kills(c.verdict.fail_step()) {
                     continue;
                 }
             }

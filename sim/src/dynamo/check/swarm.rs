@@ -25,7 +25,7 @@ use crate::dynamo::RecordError;
 /// Goals the real harness cannot reach yet, and why.
 pub const GOALS_NOT_APPLICABLE: &[(&str, &str)] = &[(
     "ranks-disagree",
-    "the real DP ranks derive one negotiated plan, and the harness has no per-rank local fault",
+    "the real DP ranks derive one negotiated plan; the harness's one per-rank fault, a smaller pool on one rank, is negotiated away at step 0 and later stalls or times out the group (docs/dynamo-findings.md §10) before the ranks decide apart",
 )];
 
 #[derive(Clone)]
@@ -136,6 +136,15 @@ pub fn record_index(
 ) -> Result<(CaseResult, bool), RecordError> {
     let out = run_real_case(w, cfg.base(i), &cfg.case(i), &cfg.env)?;
     let lost = out.worker_lost;
+    if std::env::var_os("KVSIM_DEBUG_CASES").is_some() {
+        eprintln!(
+            "case {i} {} {:?} -> {} {} steps",
+            cfg.base(i).name,
+            out.case,
+            out.verdict.key(),
+            out.steps
+        );
+    }
     Ok((CaseResult { index: i, outcome: out }, lost))
 }
 
@@ -206,10 +215,11 @@ pub fn check_real(
         let verdict = o.verdict.clone();
         // A hung or crashed child costs its whole wall limit per try and says
         // nothing about the knobs: it is reported as drawn, not shrunk.
+        let case = o.case.clone().unwrap_or_else(|| cfg.case(*index));
         let minimal = if matches!(verdict, RealVerdict::Hung { .. } | RealVerdict::Crashed { .. }) {
-            write_repro(cfg, key, cfg.case(*index), o, 0)?
+            write_repro(cfg, key, case, o, 0)?
         } else {
-            let shrunk = shrink_case(slot, base, cfg.case(*index), o, &cfg.env, None)?;
+            let shrunk = shrink_case(slot, base, case, o, &cfg.env, None)?;
             write_repro(cfg, key, shrunk.case, shrunk.outcome, shrunk.tries)?
         };
         findings.push(RealFinding {
