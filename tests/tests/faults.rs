@@ -29,12 +29,17 @@ fn soft_timeout_forbids_new_points() {
         vec![
             (0, 0, prefill("a", 4)),
             (1, 0, vec![json!({"op": "inject_point", "point": 1})]),
+            (2, 0, vec![json!({"op": "inject_point", "point": 2})]),
         ],
     );
     assert_eq!(run(&p), Outcome::Passed);
-    let late = with_faults(p.clone(), json!([{"fault": "soft_timeout", "step": 1}]));
+    // A rank's first point runs whatever the clock says (Dynamo's boundary
+    // check waits for a finished point), a second may not start past it.
+    let first = with_faults(p.clone(), json!([{"fault": "soft_timeout", "step": 1}]));
+    assert_eq!(invariant(&run(&first)), Some("PL-DEADLINE"));
+    let late = with_faults(p.clone(), json!([{"fault": "soft_timeout", "step": 2}]));
     assert_eq!(invariant(&run(&late)), Some("PL-DEADLINE"));
-    let after = with_faults(p, json!([{"fault": "soft_timeout", "step": 2}]));
+    let after = with_faults(p, json!([{"fault": "soft_timeout", "step": 3}]));
     assert_eq!(
         run(&after),
         Outcome::Passed,
