@@ -79,14 +79,18 @@ mod tests {
     use kvsim_core::fpm::sweep::{plan_sweep_with, SweepOptions};
     use rand::SeedableRng;
 
-    #[test]
-    fn the_port_plan_of_a_chain_layout_has_builds_and_each_closes_on_a_chunk() {
+    /// kvsim's port plan of a chain layout (its chain ids carry the same mark).
+    fn minimax_port_plan() -> Plan {
         let s = builtin_scenarios()
             .into_iter()
             .find(|s| s.name == "minimax-m27-ep")
             .expect("minimax-m27-ep");
-        let plan = plan_sweep_with(&s, None, &SweepOptions::default()).expect("plans").plan;
-        let b = chain_builds(&plan);
+        plan_sweep_with(&s, None, &SweepOptions::default()).expect("plans").plan
+    }
+
+    #[test]
+    fn the_port_plan_of_a_chain_layout_has_builds_and_each_closes_on_a_chunk() {
+        let b = chain_builds(&minimax_port_plan());
         assert!(!b.is_empty(), "minimax-m27-ep builds chains");
         // More than one stage: separate runs of steps, in order.
         assert!(b.runs.len() > 1, "{:?}", b.runs);
@@ -102,11 +106,7 @@ mod tests {
 
     #[test]
     fn a_plan_without_chain_schedules_has_no_builds() {
-        let s = builtin_scenarios()
-            .into_iter()
-            .find(|s| s.name == "minimax-m27-ep")
-            .expect("minimax-m27-ep");
-        let mut plan = plan_sweep_with(&s, None, &SweepOptions::default()).expect("plans").plan;
+        let mut plan = minimax_port_plan();
         plan.steps.retain(|st| {
             !st.ops
                 .iter()
