@@ -130,9 +130,8 @@ impl RealCase {
         };
         // Drawn after every knob above, so those knobs keep their draws.
         let scene = c.widen(base, rng);
-        let faults = c.timeout_step.is_some() || c.abort_chains.is_some() || c.delay_outputs.is_some();
         // A full-scale scene always aims; a small draw's faults mostly.
-        if faults && (scene || rng.gen_bool(0.7)) {
+        if c != c.probe() && (scene || rng.gen_bool(0.7)) {
             c.aim = Some(rng.gen());
         }
         // Under attention-DP mostly, and mostly before planning: the one fault
@@ -152,8 +151,8 @@ impl RealCase {
     /// fence paths act mid-build only there, so each full-scale case gets one
     /// of those scenes. Otherwise sometimes a model length whose chain cap
     /// (`max_len` − 4) sits on a block edge, and long steady runs, so a
-    /// shadow's last block lies past the chain's (§8.2 bug 6).
-    /// True for a full-scale scene.
+    /// shadow's last block lies past the chain's (§8.2 bug 6). Returns
+    /// whether the case became a full-scale scene.
     fn widen(&mut self, base: &BuiltinScenario, rng: &mut impl Rng) -> bool {
         if !rng.gen_bool(0.25) {
             if rng.gen_bool(0.15) {
@@ -224,7 +223,8 @@ impl RealCase {
         true
     }
 
-    /// The case without its faults: the probe an aimed case is resolved on.
+    /// The case without the faults `resolve` places: the probe an aimed case
+    /// is resolved on.
     pub fn probe(&self) -> RealCase {
         RealCase {
             timeout_step: None,
