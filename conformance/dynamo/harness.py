@@ -11,7 +11,8 @@ REQUEST.json (written by `kvsim dynamo run`, format `kvsim-dynamo-request/1`):
                "planner_source": null | PATH, "clock_scale": 1.0,
                "delay_outputs": null | {"step": S, "by": K},
                "defer_block_free": false, "abort": null | {"step": S, "prefix": P},
-               "shrink_pool": null | {"step": S, "rank": R, "blocks": N}}}
+               "shrink_pool": null | {"step": S, "rank": R, "blocks": N, "steps": null | K},
+               "fail_registration": null | {"step": S, "after": N}}}
 
 DIR receives plan.json, artifact.json (the planner's own artifact, run id and
 wall-clock stamps normalised) and report.json. A Python exception inside the
@@ -252,7 +253,7 @@ class Runner:
         shrink = self.options.get("shrink_pool")
         if shrink and not 0 <= int(shrink.get("rank", 0)) < dp_ranks:
             raise layout.LayoutError(f"shrink_pool rank {shrink.get('rank')} is not one of the {dp_ranks} ranks")
-        for single in ("defer_block_free", "abort"):
+        for single in ("defer_block_free", "abort", "fail_registration"):
             if dp_ranks > 1 and self.options.get(single):
                 raise layout.LayoutError(f"{single} is single-rank only")
         if dp_ranks > 1:
@@ -367,12 +368,24 @@ class Runner:
         self.rec.external_abort(ids)
 
     def shrink_due(self, rec, rank):
-        """`options.shrink_pool` = {step, rank, blocks}: before that step's schedule,
-        that rank's pool loses `blocks` free blocks for the rest of the run
-        (`Recorder.external_shrink`)."""
+        """`options.shrink_pool` = {step, rank, blocks, steps}: before that step's
+        schedule, that rank's pool loses `blocks` free blocks for the rest of the
+        run, or until `steps` steps later (`Recorder.external_shrink`, `external_restore`)."""
         d = self.options.get("shrink_pool")
-        if d and int(d["step"]) == rec.step and int(d.get("rank", 0)) == rank:
-            rec.external_shrink(int(d["blocks"]))
+        if not d or int(d.get("rank", 0)) != rank:
+            return
+        back = d.get("steps")
+        if int(d["step"]) == rec.step:
+            rec.external_shrink(int(d["blocks"]), None if back is None else int(back))
+        elif back is not None and int(d["step"]) + int(back) == rec.step:
+            rec.external_restore()
+
+    def fail_due(self, rec):
+        """`options.fail_registration` = {step, after}: from that step the
+        (after+1)-th shadow registration fails (`Recorder.arm_registration_failure`)."""
+        d = self.options.get("fail_registration")
+        if d and int(d["step"]) == rec.step:
+            rec.arm_registration_failure(int(d.get("after", 0)))
 
     def run(self):
         if self.dp is not None:
@@ -392,6 +405,7 @@ class Runner:
                     break
                 self.abort_due(rec.step)
                 self.shrink_due(rec, 0)
+                self.fail_due(rec)
                 output = sched.schedule()
                 mismatch = self.runner_view(output)
                 mro, sampled = self.model_output(output)
@@ -419,7 +433,9 @@ class Runner:
                 rec.observe()
                 rec.end_step()
         except Exception as exc:  # the planner raised: a finding, not a crash
-            status = "raised"
+            # Unless it is the harness's own injected failure, passed on unchanged:
+            # the planner's abort path ran on a fault (kvsim judges what it left).
+            status = "fault" if exc is rec.injected else "raised"
             error = f"{type(exc).__name__}: {exc}"
             self.report["traceback"] = traceback.format_exc()
         if status == "completed":

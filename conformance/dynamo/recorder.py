@@ -76,6 +76,9 @@ class Recorder:
         self.aborting = False  # inside a harness abort: the `abort` faults are the record
         self.shrinking = False  # inside a harness pool shrink: the fault is the record
         self.held = []  # blocks a `shrink_pool` fault took out of the pool
+        self.fail_after = None  # armed `stage_failure`: registrations to let through first
+        self.failing = None  # inside the registration the fault fails: draws so far
+        self.injected = None  # the exception the fault raised, once it has
         # Attention-DP: every step and point names its rank (spec/plan.md §3);
         # a single-rank recording stays as it was.
         self.rank = int(getattr(sched, "_fpm_dp_rank", 0) or 0)
@@ -134,6 +137,7 @@ class Recorder:
             self._hook(self.pool, name, functools.partial(self._on_pool, name), manager=True)
         s = self.sched
         self._hook(s, "_kvwarm_register_shadow", self._on_shadow, owns_pool=True, raised=self._on_shadow_raised)
+        self._install_registration_fault()
         self._hook(s, "_kvwarm_take_cow_copies", self._on_take_cow, owns_pool=True, before=self._deferred_count)
         # `defer_block_free`: the fence's releases are kvsim's `process_outputs`
         # (fenced `finish`); a fenced copy-on-write release is a `release_cow`.
@@ -468,19 +472,75 @@ class Recorder:
         finally:
             self.aborting = False
 
-    def external_shrink(self, blocks):
+    def external_shrink(self, blocks, steps=None):
         """A harness fault before the step's schedule: `blocks` free blocks (at most
         every free one) are drawn from the pool and held for the rest of the run,
-        a rank whose pool is smaller than the one planned with. Recorded as a
-        `shrink_pool` fault; kvsim's engine draws the same blocks (spec/plan.md §4)."""
+        a rank whose pool is smaller than the one planned with, or for `steps`
+        steps (`external_restore`). Recorded as a `shrink_pool` fault; kvsim's
+        engine draws the same blocks (spec/plan.md §4)."""
         entry = {"fault": "shrink_pool", "step": self.step, "blocks": int(blocks)}
         if self.rank:
             entry["rank"] = self.rank
+        if steps is not None:
+            entry["steps"] = int(steps)
         self.faults.append(entry)
         n = min(int(blocks), self.pool.get_num_free_blocks())
         if not self.held:
             self._hide_held_from_reset()
         self.held.extend(self._harness_draw(n))
+
+    def arm_registration_failure(self, after):
+        """A harness fault from this step: the (after+1)-th shadow registration
+        fails, its last group's tail draw raising as vLLM's pool does when it is
+        short (so the earlier groups' tails were drawn). Recorded as a
+        `stage_failure` fault (spec/plan.md §4)."""
+        self.faults.append({"fault": "stage_failure", "step": self.step, "rank": self.rank, "after": int(after)})
+        self.fail_after = int(after)
+
+    def _install_registration_fault(self):
+        """Outer wrappers over the registration and the pool's draw: inert until
+        `arm_registration_failure`."""
+        s, pool = self.sched, self.pool
+        register, draw = s._kvwarm_register_shadow, pool.get_new_blocks
+        groups = len(self.managers)
+
+        @functools.wraps(register)
+        def registration(*args, **kwargs):
+            if self.fail_after is None:
+                return register(*args, **kwargs)
+            if self.fail_after > 0:
+                self.fail_after -= 1
+                return register(*args, **kwargs)
+            self.fail_after, self.failing = None, 0
+            try:
+                return register(*args, **kwargs)
+            finally:
+                self.failing = None
+
+        @functools.wraps(draw)
+        def get_new_blocks(num_blocks):
+            if self.failing is not None:
+                self.failing += 1
+                if self.failing == groups:
+                    self.injected = ValueError(
+                        f"Cannot get {num_blocks} free blocks from the pool (kvsim stage_failure fault)"
+                    )
+                    raise self.injected
+            return draw(num_blocks)
+
+        if hasattr(s, "_kvwarm_register_shadow"):
+            s._kvwarm_register_shadow = registration
+            pool.get_new_blocks = get_new_blocks
+
+    def external_restore(self):
+        """A transient shrink ends before the step's schedule: the held blocks go
+        back to the free queue in the order they were taken."""
+        held, self.held = self.held, []
+        self.shrinking = True
+        try:
+            self.pool.free_blocks(held)
+        finally:
+            self.shrinking = False
 
     def _harness_draw(self, n):
         self.shrinking = True

@@ -198,6 +198,74 @@ fn sliding_window_chain_forks_from_the_null_block() {
 }
 
 #[test]
+fn an_injected_registration_failure_aborts_cleanly_and_catches_the_unwind_bugs() {
+    // `--fail-registration 19:3`: the 4th of point 0's 8 shadows fails, its
+    // window-group tail draw raising as a short pool does (after its full-group
+    // tail was drawn), before the step-24 PL-WINDOW finding of this layout. 1.6.1
+    // unwinds the registration, drains the forks the 3 earlier shadows queued and
+    // aborts clean: the fault's own error, judged by what the abort left.
+    if !have_env("gpt-oss-ep fault") {
+        return;
+    }
+    let flags = ["--fail-registration", "19:3"];
+    let run = record("gpt-oss-ep", &flags);
+    let stdout = run.stdout();
+    assert_eq!(run.out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("all invariants held"), "{stdout}");
+    let report = run.report();
+    assert_eq!(report["status"], "fault", "{report}");
+    assert_eq!(report["pool"]["referenced_blocks"], 0, "{report}");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(
+        plan["faults"],
+        serde_json::json!([{"fault": "stage_failure", "step": 19, "rank": 0, "after": 3}])
+    );
+    // §8.2 bug 1: the drawn full-group tail is kept (the registration is not atomic).
+    let not_atomic = [&flags[..], &["--mutant", "registration-not-atomic"]].concat();
+    assert_finding("gpt-oss-ep", &not_atomic, "PL-SHADOW-ATOMIC", 19);
+    // §8.2 bug 12: the earlier shadows' queued forks are kept; the reset fails.
+    let undrained = [&flags[..], &["--mutant", "cow-queue-not-drained"]].concat();
+    let run = assert_finding("gpt-oss-ep", &undrained, "DY-RAISED", 19);
+    assert!(run.stdout().contains("prefix-cache cleanup failed"), "{}", run.stdout());
+}
+
+#[test]
+fn a_transient_pool_shortfall_fails_a_warm_up_replica_and_1_6_1_discards_it() {
+    // Capture sizes 1, 2, 4: batch 8 is eager, so its warm-up replica is the
+    // batch-8 rung's first point (step 25). Every free block is held for that
+    // one step: the replica's shadows do not fit and it is skipped. 1.6.1 drops
+    // the replica (dynamo_fpm.md §1.6); §8.2 bug 26's patch records it as a skip.
+    let name = "mutants/warmup-replica-recorded-skipped";
+    if !have_env("transient shrink") {
+        return;
+    }
+    let flags = ["--shrink-pool", "25:0:3000:1"];
+    let run = record(name, &flags);
+    let stdout = run.stdout();
+    assert_eq!(run.out.status.code(), Some(0), "{stdout}");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(
+        plan["faults"],
+        serde_json::json!([{"fault": "shrink_pool", "step": 25, "blocks": 3000, "steps": 1}])
+    );
+    let art: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.dir.join("artifact.json")).unwrap()).unwrap();
+    assert_eq!(
+        (art["usable"].as_bool(), art["skipped_points"].as_array().map(Vec::len)),
+        (Some(true), Some(0))
+    );
+    let patched = record(
+        name,
+        &[&flags[..], &["--mutant", "warmup-replica-recorded-skipped"]].concat(),
+    );
+    let out = patched.stdout();
+    assert_eq!(patched.out.status.code(), Some(1), "{out}");
+    assert!(out.contains("FINDING AU-COVERAGE-TOTAL (artifact audit"), "{out}");
+}
+
+#[test]
 fn soft_timeout_mid_build() {
     // 45 virtual ms per step: the 1 s deadline passes while the batch-8 stage builds.
     // 1.6.1 closes the stage as failed, then still measures one point because none

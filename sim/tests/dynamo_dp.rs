@@ -258,6 +258,40 @@ fn a_smaller_pool_on_one_rank_is_negotiated_away() {
     );
 }
 
+/// Rank 1's pool shrinks as the batch-8 rung's build closes (step 22, where
+/// 1.6.1 checks that the rung's shadow tails fit): a local stage failure. The
+/// blocking group verdict fails the stage on both ranks (4 of 6 points each, in
+/// lock-step); the seed-bug patches that settle it locally (§8.2 bug 15) or skip
+/// the exchange (bug 22) fork the ranks.
+#[test]
+fn a_shortfall_on_one_rank_as_a_build_closes_fails_the_stage_for_the_group() {
+    if !have_env("stage-shortfall") {
+        return;
+    }
+    let shrink = ["--shrink-pool", "22:1:945"];
+    let run = passes("mm-dp2", &shrink);
+    assert_lockstep(&run.json("plan.json"), 2);
+    assert_eq!(
+        run.json("report.json")["points"],
+        4,
+        "rank 0 measures 4 of its 6 points"
+    );
+    for (mutant, error) in [
+        ("local-stage-verdict", "not in lockstep"),
+        ("nonblocking-stage-exchange", "TimeoutError"),
+    ] {
+        let bug = record("mm-dp2", &[&shrink[..], &["--mutant", mutant]].concat());
+        assert_eq!(bug.out.status.code(), Some(1), "{mutant}: {}", bug.stdout());
+        let report = bug.json("report.json");
+        assert_eq!(report["replay"]["invariant"], "DY-RAISED", "{mutant}: {report}");
+        assert!(
+            report["error"].as_str().unwrap().contains(error),
+            "{mutant}: {}",
+            report["error"]
+        );
+    }
+}
+
 #[test]
 fn message_lag_needs_an_attention_dp_rank() {
     for (args, needle) in [

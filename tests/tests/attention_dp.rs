@@ -99,6 +99,7 @@ fn negotiated_capacity_is_the_minimum_over_ranks() {
             step: 0,
             rank: 1,
             blocks: 1200,
+            steps: None,
         }],
     );
     let (b, m) = (&base.artifacts[0].kvwarm, &small.artifacts[0].kvwarm);
@@ -211,6 +212,7 @@ fn a_smaller_pool_on_one_rank_fails_the_stage_by_group_verdict() {
             step: build,
             rank: 1,
             blocks: shrink as u32,
+            steps: None,
         }],
     );
     let a = &run.artifacts[0];

@@ -70,6 +70,29 @@ fn a_smaller_pool_refuses_an_allocation_the_plan_expected() {
 }
 
 #[test]
+fn a_transient_shrink_gives_its_blocks_back() {
+    // 16 tokens need 4 blocks of the 11 usable; 9 taken at step 0 leave 2.
+    let p = plan(scenario(None, 1, 12), vec![(0, 0, vec![]), (2, 0, prefill("a", 16))]);
+    let shrunk = |steps: Value| {
+        with_faults(
+            p.clone(),
+            json!([{"fault": "shrink_pool", "step": 0, "blocks": 9, "steps": steps}]),
+        )
+    };
+    assert_eq!(run(&shrunk(json!(2))), Outcome::Passed, "back before step 2's schedule");
+    assert_eq!(
+        invariant(&run(&shrunk(json!(3)))),
+        Some("PL-CAPACITY"),
+        "still held at step 2"
+    );
+    assert_eq!(
+        invariant(&run(&shrunk(Value::Null))),
+        Some("PL-CAPACITY"),
+        "held for good"
+    );
+}
+
+#[test]
 fn delayed_outputs_keep_the_fence_closed() {
     // A fenced free in step 1 is released when step 1's outputs are processed;
     // with outputs delayed, the allocation in step 2 draws while the fence is pending.
@@ -113,6 +136,38 @@ fn a_rank_stage_failure_breaks_a_covered_registration() {
     assert_eq!(run(&p), Outcome::Passed);
     let failing = with_faults(p, json!([{"fault": "stage_failure", "step": 1, "rank": 0}]));
     assert_eq!(invariant(&run(&failing)), Some("PL-COVERAGE"));
+}
+
+#[test]
+fn an_abort_on_an_injected_registration_failure_is_judged_by_what_it_left() {
+    // The real planner passes an injected failure on (`planner_failed {kind:
+    // fault}`) after its abort path cleaned up: clean, that is the design.
+    let steps_of = |cleanup: Vec<Value>, covered: bool| {
+        let mut fail = vec![
+            json!({"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 8, "headroom": 4,
+            "tail": "zero", "groups": [], "ok": false, "covered": covered}),
+        ];
+        fail.extend(cleanup);
+        fail.push(json!({"op": "planner_failed", "kind": "fault", "error": "ValueError: (kvsim stage_failure fault)"}));
+        vec![(0, 0, prefill("c", 8)), (1, 0, fail)]
+    };
+    let steps = |cleanup| steps_of(cleanup, true);
+    let clean = vec![
+        json!({"op": "finish", "req": "c"}),
+        json!({"op": "reset_prefix_cache", "expect": true}),
+    ];
+    let faulted = |s| {
+        with_faults(
+            plan(scenario(None, 1, 32), s),
+            json!([{"fault": "stage_failure", "step": 1, "rank": 0}]),
+        )
+    };
+    assert_eq!(run(&faulted(steps(clean))), Outcome::Passed);
+    // An abort that leaves the chain's blocks behind is not clean.
+    assert_eq!(invariant(&run(&faulted(steps(vec![])))), Some("PL-CLEAN-END"));
+    // An injected failure no fault caused is not what the planner did.
+    let unfaulted = plan(scenario(None, 1, 32), steps_of(vec![], false));
+    assert!(matches!(run(&unfaulted), Outcome::Mismatch(_)), "{:?}", run(&unfaulted));
 }
 
 #[test]

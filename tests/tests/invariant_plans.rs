@@ -365,3 +365,29 @@ fn pl_window_a_shadow_forking_its_tail_from_the_null_block() {
     assert_passes(&plan(scenario(Some(4), 1, 32), steps(3)));
     assert_trips(&plan(scenario(Some(4), 1, 32), steps(0)), "PL-WINDOW");
 }
+
+#[test]
+fn pl_steady_a_point_timed_on_its_admission_step_only() {
+    let steps = |steady: bool, admitted: bool| {
+        let mut admission = vec![json!({"op": "inject_point", "point": 1})];
+        if admitted {
+            admission.extend([
+                json!({"op": "begin_timed", "point": 1}),
+                json!({"op": "end_timed", "point": 1}),
+            ]);
+        }
+        let mut after = vec![];
+        if steady {
+            after.extend([
+                json!({"op": "begin_timed", "point": 1}),
+                json!({"op": "end_timed", "point": 1}),
+            ]);
+        }
+        after.push(json!({"op": "end_sweep"}));
+        plan(scenario(None, 1, 32), vec![(0, 0, admission), (1, 0, after)])
+    };
+    assert_passes(&steps(true, true));
+    assert_trips(&steps(false, true), "PL-STEADY");
+    // A point whose injection fell short is skipped untimed: nothing to steady.
+    assert_passes(&steps(false, false));
+}

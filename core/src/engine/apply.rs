@@ -206,9 +206,11 @@ impl Engine {
                 }
                 self.timed = Some(*point);
                 let now = self.step_seq;
-                if let Some((at, steady)) = self.points.get_mut(point) {
+                if let Some((at, admitted, steady)) = self.points.get_mut(point) {
                     if *at < now {
                         *steady += 1;
+                    } else {
+                        *admitted = true;
                     }
                 }
                 OpOutcome::ok(format!("timed {point}"))
@@ -234,7 +236,7 @@ impl Engine {
                         format!("point {point} injected after the soft deadline passed"),
                     ));
                 }
-                self.points.entry(*point).or_insert((self.step_seq, 0));
+                self.points.entry(*point).or_insert((self.step_seq, false, 0));
                 self.inject_seq = Some(self.step_seq);
                 // The blocking stage exchange (PR #14728, dynamo_fpm.md §7.1, §8.2 bug 22):
                 // every rank acts once every rank's message arrived, i.e. after the
@@ -255,7 +257,7 @@ impl Engine {
             PlanOp::HostWork { label } => OpOutcome::ok(label.clone()),
             PlanOp::EndSweep => self.end_sweep(),
             PlanOp::Observe(obs) => self.observe(obs)?,
-            PlanOp::PlannerFailed { kind, error } => self.planner_failed(*kind, error),
+            PlanOp::PlannerFailed { kind, error } => self.planner_failed(*kind, error)?,
         };
         pre.append(&mut out.violations);
         out.violations = pre;
@@ -712,6 +714,7 @@ impl Engine {
         let injected_failure = match self.fail_registration_after {
             Some(0) => {
                 self.fail_registration_after = None;
+                self.registration_failed_by_fault = true;
                 true
             }
             Some(n) => {
@@ -904,15 +907,26 @@ impl Engine {
 
     fn end_sweep(&mut self) -> OpOutcome {
         let mut out = OpOutcome::ok("end of sweep");
-        // PL-STEADY (§1.10, PR #12358; §8.2 bug 21): every injected point was timed on
-        // at least one steady step after its admission step.
-        if let Some((point, _)) = self.points.iter().find(|(_, (_, steady))| *steady == 0) {
+        // PL-STEADY (§1.10, PR #12358; §8.2 bug 21): every point timed on its
+        // admission step was timed on at least one steady step after it. A point
+        // whose injection fell short is skipped untimed (`decode_injection_failed`).
+        if let Some((point, _)) = self
+            .points
+            .iter()
+            .find(|(_, (_, admitted, steady))| *admitted && *steady == 0)
+        {
             out.violations.push(Self::violation(
                 "PL-STEADY",
                 format!("point {point} was measured on its admission step only (no steady step)"),
             ));
         }
-        // Blocks a `shrink_pool` fault took away are not the sweep's.
+        self.clean_end_check("after the sweep", &mut out);
+        out
+    }
+
+    /// PL-CLEAN-END: nothing the sweep used stays referenced or cached
+    /// (blocks a `shrink_pool` fault took away are not the sweep's).
+    pub(super) fn clean_end_check(&self, when: &str, out: &mut OpOutcome) {
         let held: Vec<u32> = (1..self.kv.pool.num_blocks())
             .filter(|&b| self.kv.pool.ref_cnt(b) > 0 && !self.phantom.contains(&b))
             .collect();
@@ -920,13 +934,12 @@ impl Engine {
             out.violations.push(Self::violation(
                 "PL-CLEAN-END",
                 format!(
-                    "after the sweep {} blocks are referenced (first {:?}) and {} prefix-cache keys remain",
+                    "{when} {} blocks are referenced (first {:?}) and {} prefix-cache keys remain",
                     held.len(),
                     &held[..held.len().min(5)],
                     self.kv.pool.num_cached_keys()
                 ),
             ));
         }
-        out
     }
 }

@@ -27,12 +27,27 @@ impl Engine {
                 step: s,
                 rank: r,
                 blocks,
+                ..
             } if *s == step && *r == rank => {
                 let n = (*blocks as usize).min(self.kv.pool.num_free_blocks());
                 if let Ok(b) = self.kv.pool.get_new_blocks(n) {
                     self.phantom.extend(b);
                 }
                 Some(format!("pool shrunk by {n} blocks"))
+            }
+            // A transient shrink ends: the blocks go back to the free queue in
+            // the order they were taken (DECISION: every block the pool lost, as
+            // the prefix-cache reset hands them all back too).
+            FaultSpec::ShrinkPool {
+                step: s,
+                rank: r,
+                steps: Some(k),
+                ..
+            } if s + k == step && *r == rank => {
+                let back = std::mem::take(&mut self.phantom);
+                let n = back.len();
+                self.kv.pool.free_blocks(back);
+                Some(format!("pool restored by {n} blocks"))
             }
             FaultSpec::DelayOutputs { step: s, rank: r, by } if *s == step && *r == rank => {
                 self.output_delay = *by;

@@ -103,17 +103,19 @@ pub struct Engine {
     pub message_lag: u64,
     /// Outputs produced in the current step land this many steps late (fault).
     pub output_delay: u64,
-    /// The next shadow registration fails locally (fault).
     /// A shadow registration fails locally after this many more succeed (fault).
     pub fail_registration_after: Option<u32>,
+    /// A `stage_failure` fault has failed a registration on this rank.
+    pub registration_failed_by_fault: bool,
     /// The soft deadline has passed (fault / clock).
     pub deadline_passed: bool,
     /// The step (`step_seq`) of the last point injection.
     pub inject_seq: Option<u64>,
     /// The largest message lag of any rank: the blocking stage exchange waits for it.
     pub group_lag: u64,
-    /// Points injected on this rank: (step of the injection, steady timed windows since).
-    pub points: BTreeMap<u64, (u64, u64)>,
+    /// Points injected on this rank: (step of the injection, whether it was timed
+    /// there, steady timed windows since).
+    pub points: BTreeMap<u64, (u64, bool, u64)>,
     /// Rare events reached (coverage goals), by name.
     pub events: BTreeMap<&'static str, u64>,
     /// A deliberate bug switched on (`--mutant`).
@@ -152,6 +154,7 @@ impl Engine {
             message_lag: 0,
             output_delay: 0,
             fail_registration_after: None,
+            registration_failed_by_fault: false,
             deadline_passed: false,
             inject_seq: None,
             group_lag: 0,

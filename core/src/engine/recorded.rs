@@ -73,7 +73,7 @@ impl Engine {
 
     /// The recorded planner raised or stalled here: a finding, with what the
     /// failure left behind.
-    pub(super) fn planner_failed(&mut self, kind: FailureKind, error: &str) -> OpOutcome {
+    pub(super) fn planner_failed(&mut self, kind: FailureKind, error: &str) -> Result<OpOutcome, Mismatch> {
         let held = (1..self.kv.pool.num_blocks())
             .filter(|&b| self.kv.pool.ref_cnt(b) > 0)
             .count();
@@ -85,12 +85,28 @@ impl Engine {
         let (id, what) = match kind {
             FailureKind::Raised => ("DY-RAISED", "the planner raised"),
             FailureKind::Stalled => ("DY-STALLED", "the sweep never ended"),
+            FailureKind::Fault => return self.aborted_on_fault(error),
         };
         let mut out = OpOutcome::ok(what);
         out.violations.push(Violation {
             id,
             detail: format!("{what}: {error}; {left}"),
         });
-        out
+        Ok(out)
+    }
+
+    /// 1.6.1 fails a shadow registration by raising; its abort path then
+    /// finishes every benchmark request and resets the prefix cache before
+    /// passing the error on. On an injected failure that is the design: judged
+    /// by what the abort left (PL-CLEAN-END), not as a finding itself.
+    fn aborted_on_fault(&mut self, error: &str) -> Result<OpOutcome, Mismatch> {
+        if !self.registration_failed_by_fault {
+            return Err(Mismatch(format!(
+                "the planner passed on an injected failure that no stage_failure fault caused: {error}"
+            )));
+        }
+        let mut out = OpOutcome::ok("the planner aborted on the injected registration failure");
+        self.clean_end_check("after the abort", &mut out);
+        Ok(out)
     }
 }

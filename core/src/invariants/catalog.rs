@@ -128,7 +128,7 @@ pub const CATALOG: &[Invariant] = &[
     },
     Invariant {
         id: "PL-STEADY",
-        statement: "Every injected decode point is timed on at least one steady step after its admission step.",
+        statement: "Every decode point timed on its admission step is timed on at least one steady step after it (a point whose injection fell short is skipped untimed: `decode_injection_failed`, dynamo_fpm.md §1.10).",
         source: "dynamo_fpm.md §1.10 (two-step steady decode, PR #12358); §8.2 bug 21",
         checked_in: "core/src/engine/apply.rs: Engine::end_sweep (steady)",
     },

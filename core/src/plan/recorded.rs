@@ -81,4 +81,7 @@ pub enum FailureKind {
     Raised,
     /// The sweep did not end within the step budget.
     Stalled,
+    /// The planner passed on, unchanged, the failure a `stage_failure` fault
+    /// injected into a shadow registration: its abort path ran on the fault.
+    Fault,
 }

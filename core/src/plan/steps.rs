@@ -221,12 +221,16 @@ pub enum FaultSpec {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fenced: bool,
     },
-    /// `blocks` free blocks of the rank become unusable (a smaller pool than negotiated).
+    /// `blocks` free blocks of the rank become unusable (a smaller pool than
+    /// negotiated); with `steps` = k they come back k steps later (blocks held
+    /// for a while by something outside the planner).
     ShrinkPool {
         step: u64,
         #[serde(default)]
         rank: u32,
         blocks: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps: Option<u64>,
     },
     /// Outputs of forwards in this step land `by` steps late (async placeholders).
     DelayOutputs {

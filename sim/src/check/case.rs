@@ -176,6 +176,7 @@ pub fn build_faults(c: &CaseSpec, dp_ranks: u32, steps: u64, duration_ns: u64) -
             step: at(pct),
             rank: rank(r),
             blocks: 0,
+            steps: None,
         });
     }
     if let (Some((r, lag)), true) = (c.message_lag, dp_ranks > 1) {

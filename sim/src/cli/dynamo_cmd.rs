@@ -83,25 +83,21 @@ pub struct ScenarioArgs {
     /// (`finish_requests(FINISHED_ABORTED)`, a request the engine lost; recorded as `abort` faults).
     #[arg(long)]
     pub abort_chains: Option<u64>,
-    /// STEP:RANK:BLOCKS — before STEP's schedule, BLOCKS free blocks of RANK's pool
-    /// become unusable for the rest of the run (a rank whose pool is smaller than
-    /// the one planned with; recorded as a `shrink_pool` fault).
-    #[arg(long, value_parser = parse_triple)]
-    pub shrink_pool: Option<(u64, u32, u32)>,
+    /// STEP:RANK:BLOCKS[:STEPS] — before STEP's schedule, BLOCKS free blocks of
+    /// RANK's pool become unusable for the rest of the run (a rank whose pool is
+    /// smaller than the one planned with), or for STEPS steps (blocks held a while
+    /// by something outside the planner); recorded as a `shrink_pool` fault.
+    #[arg(long, value_parser = crate::dynamo::parse_shrink)]
+    pub shrink_pool: Option<(u64, u32, u32, Option<u64>)>,
+    /// STEP:AFTER — single rank: from STEP the (AFTER+1)-th shadow registration
+    /// fails, its last group's tail draw raising as a short pool does (recorded as
+    /// a `stage_failure` fault; the planner's abort path is then judged by what it left).
+    #[arg(long, value_parser = parse_pair)]
+    pub fail_registration: Option<(u64, u64)>,
     /// Run the installed planner with this seed-bug patch applied to a copy
     /// (`conformance/dynamo/mutants/`, `kvsim check --planner dynamo --mutant all`).
     #[arg(long, conflicts_with = "planner_source")]
     pub mutant: Option<String>,
-}
-
-fn parse_triple(s: &str) -> Result<(u64, u32, u32), String> {
-    let bad = || format!("{s:?}: expected STEP:RANK:BLOCKS with three whole numbers");
-    let mut it = s.split(':').map(|x| x.trim().parse::<u64>().map_err(|_| bad()));
-    let (Some(a), Some(b), Some(c), None) = (it.next(), it.next(), it.next(), it.next()) else {
-        return Err(bad());
-    };
-    let small = |v: u64| u32::try_from(v).map_err(|_| bad());
-    Ok((a?, small(b?)?, small(c?)?))
 }
 
 fn parse_pair(s: &str) -> Result<(u64, u64), String> {
@@ -198,7 +194,13 @@ pub fn record_scenario(a: &ScenarioArgs) -> Result<(kvsim_core::fpm::scenarios::
         message_lag,
         defer_block_free: a.defer_block_free,
         abort_chains: a.abort_chains,
-        shrink_pool: a.shrink_pool,
+        shrink_pool: a.shrink_pool.map(|(step, rank, blocks, _)| (step, rank, blocks)),
+        shrink_steps: a.shrink_pool.and_then(|s| s.3),
+        fail_registration: a
+            .fail_registration
+            .map(|(step, after)| u32::try_from(after).map(|after| (step, after)))
+            .transpose()
+            .map_err(|_| CliError::Input("--fail-registration: AFTER is too large".into()))?,
     };
     eprintln!(
         "kvsim dynamo: running the real planner over {} (importing vLLM takes ~10 s)",
@@ -249,11 +251,7 @@ fn run_cmd(a: RunArgs) -> Result<ExitCode, CliError> {
     let mut report = rec.report.clone();
     report["replay"] = outcome_json(&replay);
     // A replay that holds leaves the planner's own artifact to the audit.
-    let audit = if replay.passed() {
-        audit_error(rec.artifact.as_deref())
-    } else {
-        None
-    };
+    let audit = if replay.passed() { audit_error(&rec) } else { None };
     if let Some((id, detail)) = &audit {
         report["artifact_audit"] = serde_json::json!({"check": id, "detail": detail});
     }
@@ -294,7 +292,10 @@ fn print_summary(name: &str, rec: &Recording, replay: &RunReport) -> Result<(), 
         rec.plan.steps.len(),
         kinds.len(),
         kinds.len() - shadow,
-        r["status"].as_str().unwrap_or("?"),
+        match r["status"].as_str().unwrap_or("?") {
+            "fault" => "aborted on the injected fault",
+            s => s,
+        },
         r["artifact_status"].as_str().unwrap_or("none"),
     ))?;
     if let Some(e) = r["error"].as_str() {

@@ -45,6 +45,13 @@ pub struct RecordOptions {
     /// the run: a rank whose pool is smaller than the one planned with;
     /// recorded as a `shrink_pool` fault).
     pub shrink_pool: Option<(u64, u32, u32)>,
+    /// With `shrink_pool`: the blocks come back this many steps later (before
+    /// that step's schedule, in the order they were taken).
+    pub shrink_steps: Option<u64>,
+    /// (step, after): single rank: from that step the (after+1)-th shadow
+    /// registration fails, its last group's tail draw raising as a short pool
+    /// does (recorded as a `stage_failure` fault).
+    pub fail_registration: Option<(u64, u32)>,
 }
 
 impl RecordOptions {
@@ -75,7 +82,11 @@ impl RecordOptions {
             f.push(format!("--message-lag {rank}:{ticks}"));
         }
         if let Some((step, rank, blocks)) = o.shrink_pool {
-            f.push(format!("--shrink-pool {step}:{rank}:{blocks}"));
+            let back = o.shrink_steps.map(|k| format!(":{k}")).unwrap_or_default();
+            f.push(format!("--shrink-pool {step}:{rank}:{blocks}{back}"));
+        }
+        if let Some((step, after)) = o.fail_registration {
+            f.push(format!("--fail-registration {step}:{after}"));
         }
         f.push(format!("--max-steps {}", o.max_steps));
         f
@@ -96,6 +107,8 @@ impl Default for RecordOptions {
             defer_block_free: false,
             abort_chains: None,
             shrink_pool: None,
+            shrink_steps: None,
+            fail_registration: None,
         }
     }
 }
@@ -186,7 +199,8 @@ pub(super) fn request(s: &BuiltinScenario, o: &RecordOptions) -> Value {
             "message_lag": o.message_lag.map(|(rank, steps)| json!({"rank": rank, "steps": steps})),
             "defer_block_free": o.defer_block_free,
             "abort": o.abort_chains.map(|step| json!({"step": step, "prefix": "__kvwarm_chain_"})),
-            "shrink_pool": o.shrink_pool.map(|(step, rank, blocks)| json!({"step": step, "rank": rank, "blocks": blocks})),
+            "shrink_pool": o.shrink_pool.map(|(step, rank, blocks)| json!({"step": step, "rank": rank, "blocks": blocks, "steps": o.shrink_steps})),
+            "fail_registration": o.fail_registration.map(|(step, after)| json!({"step": step, "after": after})),
         }
     })
 }
@@ -315,12 +329,44 @@ fn log_tail(log: &Path) -> String {
 
 /// The first error the artifact audit (`kvsim audit`, the planner's own
 /// artifact against its schema and invariants) finds: (check id, where: what).
-pub fn audit_error(artifact: Option<&str>) -> Option<(String, String)> {
-    let v = kvsim_core::fpm::audit::parse(artifact?).ok()?;
+pub fn audit_error(rec: &Recording) -> Option<(String, String)> {
+    let v = kvsim_core::fpm::audit::parse(rec.artifact.as_deref()?).ok()?;
     let report = kvsim_core::fpm::audit::audit(&v);
+    // A run the planner aborted on an injected registration failure wrote a
+    // failed artifact by design: that failure is the fault's, not a finding.
+    let fault_abort = rec.plan.steps.iter().flat_map(|s| &s.ops).any(|op| {
+        matches!(
+            op,
+            kvsim_core::plan::PlanOp::PlannerFailed {
+                kind: kvsim_core::plan::FailureKind::Fault,
+                ..
+            }
+        )
+    });
     report
         .findings
         .iter()
+        .filter(|f| !(fault_abort && f.id == "AU-RUN-FAILED" && f.message.contains(INJECTED_FAULT_MARK)))
         .find(|f| f.severity == kvsim_core::fpm::audit::Severity::Error)
         .map(|f| (f.id.to_string(), format!("artifact {}: {}", f.path, f.message)))
 }
+
+/// `STEP:RANK:BLOCKS[:STEPS]`, the `--shrink-pool` flag (and a witness's
+/// `shrink_pool`): (step, rank, blocks, steps until the blocks come back).
+pub fn parse_shrink(s: &str) -> Result<(u64, u32, u32, Option<u64>), String> {
+    let bad = || format!("{s:?}: expected STEP:RANK:BLOCKS or STEP:RANK:BLOCKS:STEPS with whole numbers");
+    let n: Vec<u64> = s
+        .split(':')
+        .map(|x| x.trim().parse::<u64>().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let small = |v: u64| u32::try_from(v).map_err(|_| bad());
+    match n[..] {
+        [a, b, c] => Ok((a, small(b)?, small(c)?, None)),
+        [_, _, _, 0] => Err(format!("{s:?}: STEPS must be at least 1")),
+        [a, b, c, k] => Ok((a, small(b)?, small(c)?, Some(k))),
+        _ => Err(bad()),
+    }
+}
+
+/// In the message of the failure `--fail-registration` injects (recorder.py).
+pub const INJECTED_FAULT_MARK: &str = "(kvsim stage_failure fault)";

@@ -10,5 +10,5 @@ mod harness;
 pub mod mutants;
 mod worker;
 
-pub use harness::{audit_error, record, temp_dir, RecordError, RecordOptions, Recording, TempDir};
+pub use harness::{audit_error, parse_shrink, record, temp_dir, RecordError, RecordOptions, Recording, TempDir};
 pub use worker::Worker;

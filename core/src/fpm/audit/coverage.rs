@@ -2,7 +2,7 @@
 //! `results[]`, `skipped_points[]`, `iteration_groups[]`, `coverage` and `dp` together
 //! (AU-COVERAGE-*, AU-POINT-IDS, AU-GROUP-*, AU-DP-SYNC).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -231,9 +231,34 @@ fn dp(a: &Artifact, out: &mut Out) {
     }
 }
 
+/// Eager warm-up replicas run first and are discarded on every path, failures
+/// included (dynamo_fpm.md §1.6, `_bench_skip_point`; §8.2 bug 26: a failed
+/// replica recorded as a skip flips the artifact to unusable).
+fn replicas(a: &Artifact, out: &mut Out) {
+    const REPLICA: &str = "eager_warmup";
+    let rows = a.results.iter().map(|r| ("results", &r.point));
+    let skips = a.skipped_points.iter().map(|s| ("skipped_points", &s.point));
+    let mut index = BTreeMap::new();
+    for (list, p) in rows.chain(skips) {
+        let i = index.entry(list).or_insert(0usize);
+        if p.has(REPLICA) {
+            out.push(
+                "AU-REPLICA-KEPT",
+                format!("$.{list}[{i}].point.sample_reasons"),
+                format!(
+                    "benchmark_id {} is an eager warm-up replica, which is discarded, not recorded",
+                    p.benchmark_id
+                ),
+            );
+        }
+        *i += 1;
+    }
+}
+
 pub(crate) fn check(a: &Artifact, out: &mut Out) {
     counts(a, out);
     ids(a, out);
+    replicas(a, out);
     groups(a, out);
     dp(a, out);
 }

@@ -112,6 +112,10 @@ pub const CHECKS: &[Check] = &[
         "completed + skipped <= expected; a `complete` run accounts for every point",
     ),
     err(
+        "AU-REPLICA-KEPT",
+        "no result or skipped point is an eager warm-up replica (`eager_warmup`): replicas are discarded",
+    ),
+    err(
         "AU-POINT-IDS",
         "benchmark ids of results and skips are distinct, 1..n, increasing in execution order",
     ),

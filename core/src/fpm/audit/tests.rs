@@ -308,6 +308,19 @@ fn cases() -> Vec<Case> {
             &["AU-RUN-INVALID"],
         ),
         (
+            "a failed warm-up replica recorded as a skip (§8.2 bug 26)",
+            CHAIN,
+            |v| {
+                skip_last(v, "decode_injection_failed");
+                at(v, "/skipped_points/0/point/sample_reasons")
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("eager_warmup"));
+            },
+            &["AU-REPLICA-KEPT"],
+            &["AU-POINT-REASON", "AU-RUN-INVALID"],
+        ),
+        (
             "error on a complete run",
             CHAIN,
             |v| {

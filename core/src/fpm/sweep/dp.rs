@@ -30,6 +30,7 @@ pub(super) fn negotiate_capacity(dp_ranks: u32, faults: &[FaultSpec], cfg: &mut 
                         step: 0,
                         rank: r,
                         blocks,
+                        ..
                     } if *r == rank => u64::from(*blocks),
                     _ => 0,
                 })

@@ -13,17 +13,38 @@ use kvsim_core::plan::{Plan, PlanOp};
 /// `__kvwarm_chain_…`.
 const CHAIN_MARK: &str = "kvwarm_chain";
 
-/// The steps of a plan's chain builds: each run of consecutive steps that
-/// schedule a chain prefill chunk is one build.
+/// Where a probe acted: its chain builds (each run of consecutive steps that
+/// schedule a chain prefill chunk is one build), the steps that registered
+/// shadows and the steps that injected points.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Builds {
+pub struct Sites {
     /// (first, last) step of each build, in order.
     pub runs: Vec<(u64, u64)>,
+    /// (step, shadows registered there) of each step that registered one, in order.
+    pub registrations: Vec<(u64, u32)>,
+    /// Steps that injected a point, in order.
+    pub injections: Vec<u64>,
 }
 
-impl Builds {
+impl Sites {
     pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
+        self.runs.is_empty() && self.registrations.is_empty()
+    }
+
+    /// A registration to fail, as (step, registrations let through first):
+    /// half the time in a step that registers several shadows and past its
+    /// first (the abort then meets shadows already registered: §8.2 bug 12),
+    /// else any. None without registrations.
+    pub fn registration(&self, rng: &mut dyn rand::RngCore) -> Option<(u64, u32)> {
+        use rand::Rng;
+        let several: Vec<_> = self.registrations.iter().filter(|r| r.1 > 1).collect();
+        let pool: Vec<_> = if !several.is_empty() && rng.gen_bool(0.5) {
+            several
+        } else {
+            self.registrations.iter().collect()
+        };
+        let &&(step, n) = pool.get(rng.gen_range(0..pool.len().max(1)))?;
+        Some((step, if n > 1 { rng.gen_range(1..n) } else { 0 }))
     }
 
     /// A step mid-build, with the build's chains already admitted (an abort
@@ -40,6 +61,12 @@ impl Builds {
         }
     }
 
+    /// A step that injected a point (eager warm-up replicas first: §1.6).
+    pub fn injection(&self, rng: &mut dyn rand::RngCore) -> Option<u64> {
+        use rand::Rng;
+        (!self.injections.is_empty()).then(|| self.injections[rng.gen_range(0..self.injections.len())])
+    }
+
     /// The last chunk step of a build (the step it closes behind).
     pub fn closing(&self, rng: &mut dyn rand::RngCore) -> u64 {
         use rand::Rng;
@@ -47,18 +74,25 @@ impl Builds {
     }
 }
 
-/// The chain builds of `plan`.
-pub fn chain_builds(plan: &Plan) -> Builds {
+/// Where `plan` acted, on rank 0 (attention-DP ranks act in lock-step).
+pub fn probe_sites(plan: &Plan) -> Sites {
     let mut chunks = BTreeSet::new();
-    for st in &plan.steps {
+    let mut registrations: Vec<(u64, u32)> = Vec::new();
+    let mut injections: Vec<u64> = Vec::new();
+    for st in plan.steps.iter().filter(|st| st.rank == 0) {
         for op in &st.ops {
-            if let PlanOp::Schedule {
-                req, num_new_tokens, ..
-            } = op
-            {
-                if *num_new_tokens > 0 && req.contains(CHAIN_MARK) {
+            match op {
+                PlanOp::Schedule {
+                    req, num_new_tokens, ..
+                } if *num_new_tokens > 0 && req.contains(CHAIN_MARK) => {
                     chunks.insert(st.step);
                 }
+                PlanOp::RegisterShadow { ok: true, .. } => match registrations.last_mut() {
+                    Some((s, n)) if *s == st.step => *n += 1,
+                    _ => registrations.push((st.step, 1)),
+                },
+                PlanOp::InjectPoint { .. } if injections.last() != Some(&st.step) => injections.push(st.step),
+                _ => {}
             }
         }
     }
@@ -69,7 +103,11 @@ pub fn chain_builds(plan: &Plan) -> Builds {
             _ => runs.push((s, s)),
         }
     }
-    Builds { runs }
+    Sites {
+        runs,
+        registrations,
+        injections,
+    }
 }
 
 #[cfg(test)]
@@ -90,8 +128,23 @@ mod tests {
 
     #[test]
     fn the_port_plan_of_a_chain_layout_has_builds_and_each_closes_on_a_chunk() {
-        let b = chain_builds(&minimax_port_plan());
+        let plan = minimax_port_plan();
+        let b = probe_sites(&plan);
         assert!(!b.is_empty(), "minimax-m27-ep builds chains");
+        // Every successful registration is counted once, at its step.
+        let registered = plan
+            .steps
+            .iter()
+            .flat_map(|st| &st.ops)
+            .filter(|op| matches!(op, PlanOp::RegisterShadow { ok: true, .. }))
+            .count();
+        assert!(registered > 0);
+        assert_eq!(b.registrations.iter().map(|r| r.1 as usize).sum::<usize>(), registered);
+        assert!(
+            b.registrations.windows(2).all(|w| w[0].0 < w[1].0),
+            "{:?}",
+            b.registrations
+        );
         // More than one stage: separate runs of steps, in order.
         assert!(b.runs.len() > 1, "{:?}", b.runs);
         assert!(b.runs.windows(2).all(|w| w[0].1 + 1 < w[1].0), "{:?}", b.runs);
@@ -112,6 +165,6 @@ mod tests {
                 .iter()
                 .any(|op| matches!(op, PlanOp::Schedule { req, .. } if req.contains(CHAIN_MARK)))
         });
-        assert!(chain_builds(&plan).is_empty());
+        assert!(probe_sites(&plan).runs.is_empty());
     }
 }

@@ -15,7 +15,7 @@ use crate::check::case::{build_scenario, CaseSpec};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::aim::Builds;
+use super::aim::Sites;
 use crate::check::run::extent;
 use crate::dynamo::RecordOptions;
 
@@ -67,6 +67,15 @@ pub struct RealCase {
     /// DP the ranks' free pools differ; later: a local shortfall mid-sweep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrink_pool: Option<(u32, u32, u32)>,
+    /// With a later `shrink_pool`: the blocks come back this many steps later
+    /// (aimed at a point's injection: a failed eager warm-up replica, §8.2 bug 26).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrink_steps: Option<u32>,
+    /// (step, after): one rank: from that step the (after+1)-th shadow
+    /// registration fails (a `stage_failure` fault); aimed at the probe's
+    /// registrations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_registration: Option<(u32, u32)>,
 }
 
 /// The layouts the swarm scales down (single-rank built-ins).
@@ -127,6 +136,8 @@ impl RealCase {
             abort_chains: (!dp2 && rng.gen_bool(0.12)).then(|| rng.gen_range(8..=120)),
             aim: None,
             shrink_pool: None,
+            shrink_steps: None,
+            fail_registration: None,
         };
         // Drawn after every knob above, so those knobs keep their draws.
         let scene = c.widen(base, rng);
@@ -141,6 +152,24 @@ impl RealCase {
             let step = if early { 0 } else { rng.gen_range(1..=300) };
             let rank = if c.dp2 { rng.gen_range(0..2) } else { 0 };
             c.shrink_pool = Some((step, rank, rng.gen_range(5..=60)));
+        }
+        // Drawn last, so every knob above keeps its draw. Not behind the
+        // deferred-free fence: 1.6.1's abort resets the prefix cache with frees
+        // still fenced there by design (`_bench_clear_prefix_cache`).
+        if !c.dp2 && !c.defer_block_free && c.warmup && rng.gen_bool(0.15) {
+            c.fail_registration = Some((rng.gen_range(1..=300), rng.gen_range(0..=2)));
+            c.aim = c.aim.or_else(|| Some(rng.gen()));
+        }
+        if let Some((step, rank, _)) = c.shrink_pool.filter(|s| s.0 > 0) {
+            // Half the later shrinks are transient, mostly of every free block:
+            // an injection fails and the next one need not.
+            if rng.gen_bool(0.5) {
+                c.shrink_steps = Some(rng.gen_range(1..=3));
+                if rng.gen_bool(0.5) {
+                    c.shrink_pool = Some((step, rank, 100));
+                }
+            }
+            c.aim = c.aim.or_else(|| Some(rng.gen()));
         }
         c
     }
@@ -231,6 +260,10 @@ impl RealCase {
             delay_outputs: None,
             abort_chains: None,
             aim: None,
+            fail_registration: None,
+            // A shrink before planning shapes the stages; a later one is placed.
+            shrink_pool: self.shrink_pool.filter(|s| s.0 == 0),
+            shrink_steps: None,
             ..self.clone()
         }
     }
@@ -238,9 +271,13 @@ impl RealCase {
     /// Move the drawn timeout, abort and delay onto `builds` (the probe's
     /// chain builds): a timeout or abort on a step mid-build, a delay on a
     /// build's last chunk, or with a timeout on the step before the deadline
-    /// (the shed chain's chunk still in flight over the cleanup). Without
-    /// builds (the gate refused warm-up) the drawn steps stay.
-    pub fn resolve(&self, builds: &Builds) -> RealCase {
+    /// (the shed chain's chunk still in flight over the cleanup); a failed
+    /// registration onto one of the probe's; a later pool shrink onto the step
+    /// after a build closes (where 1.6.1 checks the rung's shadow tails fit:
+    /// under DP a shortfall on one rank fails the stage for the group) or
+    /// mid-build, a transient one onto a point's injection.
+    /// Without builds (the gate refused warm-up) the drawn steps stay.
+    pub fn resolve(&self, builds: &Sites) -> RealCase {
         let mut c = RealCase {
             aim: None,
             ..self.clone()
@@ -262,6 +299,21 @@ impl RealCase {
                 None => step(builds.closing(rng)),
             };
             c.delay_outputs = Some((at, by));
+        }
+        if c.fail_registration.is_some() {
+            if let Some((at, after)) = builds.registration(rng) {
+                c.fail_registration = Some((step(at), after));
+            }
+        }
+        if let Some((_, rank, pct)) = c.shrink_pool.filter(|s| s.0 > 0 && !builds.runs.is_empty()) {
+            let s = if c.shrink_steps.is_some() {
+                builds.injection(rng).unwrap_or(1)
+            } else if rng.gen_bool(0.5) {
+                builds.closing(rng) + 1
+            } else {
+                builds.mid_build(rng)
+            };
+            c.shrink_pool = Some((step(s), rank, pct));
         }
         c
     }
@@ -334,6 +386,11 @@ impl RealCase {
                 let blocks = u64::from(s.scenario.pool_blocks) * u64::from(pct) / 100;
                 (u64::from(step), rank, u32::try_from(blocks).unwrap_or(u32::MAX))
             }),
+            shrink_steps: self.shrink_steps.filter(|_| self.shrink_pool.is_some()).map(u64::from),
+            fail_registration: self
+                .fail_registration
+                .filter(|_| !self.dp2)
+                .map(|(step, after)| (u64::from(step), after)),
         }
     }
 
@@ -349,7 +406,12 @@ impl RealCase {
             }
         };
         push(&|c| c.abort_chains = None);
-        push(&|c| c.shrink_pool = None);
+        push(&|c| {
+            c.shrink_pool = None;
+            c.shrink_steps = None;
+        });
+        push(&|c| c.shrink_steps = None);
+        push(&|c| c.fail_registration = None);
         push(&|c| c.defer_block_free = false);
         push(&|c| c.message_lag = None);
         push(&|c| {
@@ -402,8 +464,10 @@ mod tests {
 
     #[test]
     fn an_aimed_case_lands_its_faults_mid_build_and_resolves_the_same_way_twice() {
-        let builds = Builds {
+        let builds = Sites {
             runs: vec![(7, 100), (115, 132), (147, 147)],
+            registrations: vec![(102, 8), (134, 4), (149, 1)],
+            injections: vec![103, 135, 150],
         };
         let c = aimed();
         let r = c.resolve(&builds);
@@ -421,15 +485,66 @@ mod tests {
         d.timeout_step = None;
         let closing = d.resolve(&builds).delay_outputs.unwrap().0;
         assert!([100, 132, 147].contains(&closing), "{closing}");
+        // A failed registration lands on a probe registration, past the first
+        // of its step when the step registers several; a later shrink after a
+        // build closes or mid-build; a shrink before planning stays there.
+        let mut f = c.clone();
+        f.fail_registration = Some((500, 0));
+        f.shrink_pool = Some((500, 1, 30));
+        for seed in 0..40 {
+            f.aim = Some(seed);
+            let r = f.resolve(&builds);
+            let (at, after) = r.fail_registration.unwrap();
+            let n = builds
+                .registrations
+                .iter()
+                .find(|x| x.0 == u64::from(at))
+                .expect("a registration step")
+                .1;
+            assert!(after < n && (n == 1 || after >= 1), "{at}:{after}");
+            let s = u64::from(r.shrink_pool.unwrap().0);
+            let mid = builds.runs.iter().any(|&(a, e)| (a < s || a == e) && s <= e);
+            assert!(mid || [101, 133, 148].contains(&s), "{s}");
+            assert_eq!(r.shrink_pool.unwrap().1, 1);
+        }
+        // A transient shrink lands on an injection.
+        f.shrink_steps = Some(2);
+        for seed in 0..10 {
+            f.aim = Some(seed);
+            let s = u64::from(f.resolve(&builds).shrink_pool.unwrap().0);
+            assert!(builds.injections.contains(&s), "{s}");
+        }
+        assert_eq!(f.probe().shrink_steps, None);
+        f.shrink_steps = None;
+        f.shrink_pool = Some((0, 1, 30));
+        assert_eq!(f.resolve(&builds).shrink_pool, Some((0, 1, 30)));
+        assert_eq!(f.probe().shrink_pool, Some((0, 1, 30)));
+        assert_eq!(
+            (
+                f.probe().fail_registration,
+                RealCase {
+                    shrink_pool: Some((9, 1, 30)),
+                    ..f
+                }
+                .probe()
+                .shrink_pool
+            ),
+            (None, None)
+        );
     }
 
     #[test]
     fn without_builds_or_aim_the_drawn_steps_stay() {
         let c = aimed();
-        let r = c.resolve(&Builds::default());
+        let r = c.resolve(&Sites::default());
         assert_eq!((r.timeout_step, r.abort_chains, r.aim), (Some(500), Some(500), None));
         let plain = RealCase { aim: None, ..c.clone() };
-        assert_eq!(plain.resolve(&Builds { runs: vec![(1, 4)] }), plain);
+        let builds = Sites {
+            runs: vec![(1, 4)],
+            registrations: vec![(6, 2)],
+            injections: vec![7],
+        };
+        assert_eq!(plain.resolve(&builds), plain);
         assert_eq!(c.probe().timeout_step, None);
         assert_eq!(c.probe().abort_chains, None);
     }

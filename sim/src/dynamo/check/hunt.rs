@@ -151,6 +151,10 @@ fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Ve
                 .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
         }
     };
+    let shrink = w
+        .other
+        .get("shrink_pool")
+        .and_then(|v| crate::dynamo::parse_shrink(v.as_str()?).ok());
     let o = RecordOptions {
         warmup: w.warmup,
         live_state: w.live_state,
@@ -163,13 +167,13 @@ fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Ve
             .unwrap_or(false),
         abort_chains: num("abort_chains"),
         delay_outputs: pair("delay_outputs"),
-        // "STEP:RANK:BLOCKS", as the `--shrink-pool` flag.
-        shrink_pool: w.other.get("shrink_pool").and_then(|v| {
-            let n: Vec<u64> = v.as_str()?.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
-            match n[..] {
-                [a, b, c] => Some((a, u32::try_from(b).ok()?, u32::try_from(c).ok()?)),
-                _ => None,
-            }
+        // "STEP:RANK:BLOCKS[:STEPS]", as the `--shrink-pool` flag.
+        shrink_pool: shrink.map(|(a, b, c, _)| (a, b, c)),
+        shrink_steps: shrink.and_then(|s| s.3),
+        // "STEP:AFTER", as the `--fail-registration` flag.
+        fail_registration: w.other.get("fail_registration").and_then(|v| {
+            let (a, b) = v.as_str()?.split_once(':')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
         }),
         timeout: wall,
         ..RecordOptions::default()
@@ -244,7 +248,7 @@ fn witness_kill(
 fn verdict_of(rec: &crate::dynamo::Recording) -> Option<String> {
     let r = crate::exec::run_plan(&rec.plan);
     match &r.outcome {
-        crate::exec::Outcome::Passed => audit_error(rec.artifact.as_deref()).map(|(id, _)| id),
+        crate::exec::Outcome::Passed => audit_error(rec).map(|(id, _)| id),
         crate::exec::Outcome::Violation(f) => Some(f.invariant.clone().unwrap_or_default()),
         crate::exec::Outcome::Mismatch(_) => Some("MISMATCH".into()),
     }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::plan::{Plan, PlanSource};
 
-use super::aim::{chain_builds, Builds};
+use super::aim::{probe_sites, Sites};
 use super::case::RealCase;
 use crate::dynamo::{audit_error, RecordError, RecordOptions, Worker};
 use crate::exec::{run_plan, Outcome};
@@ -191,7 +191,7 @@ pub fn run_real_case(
 ) -> Result<RealOutcome, RecordError> {
     let resolved;
     let c = if c.aim.is_some() {
-        resolved = c.resolve(&probe_builds(worker, base, c, env)?);
+        resolved = c.resolve(&record_probe_sites(worker, base, c, env)?);
         &resolved
     } else {
         c
@@ -203,20 +203,20 @@ pub fn run_real_case(
 
 /// The chain builds of the case's fault-free probe (none when the probe
 /// could not be recorded: the case then keeps its drawn steps).
-fn probe_builds(
+fn record_probe_sites(
     worker: &mut Worker,
     base: &BuiltinScenario,
     c: &RealCase,
     env: &CaseEnv,
-) -> Result<Builds, RecordError> {
+) -> Result<Sites, RecordError> {
     let probe = c.probe();
     let Ok(s) = probe.scenario(base) else {
-        return Ok(Builds::default());
+        return Ok(Sites::default());
     };
     let mut o = probe.options(base, &s, env.wall);
     o.planner_source = env.probe_source.clone();
     match worker.record(&s, &o) {
-        Ok(rec) => Ok(chain_builds(&rec.plan)),
+        Ok(rec) => Ok(probe_sites(&rec.plan)),
         // The environment is unusable: the run stops (exit 2), as for a case.
         Err(
             e @ (RecordError::NoEnvironment
@@ -226,7 +226,7 @@ fn probe_builds(
         ) => Err(e),
         // A probe the planner fails leaves the drawn steps; the case itself
         // then shows the failure (a dead worker included: it is reported there).
-        Err(_) => Ok(Builds::default()),
+        Err(_) => Ok(Sites::default()),
     }
 }
 
@@ -285,7 +285,7 @@ fn record_and_replay(
     let report = run_plan(&rec.plan);
     let verdict = match &report.outcome {
         // A replay that holds leaves the planner's own artifact to the audit.
-        Outcome::Passed => match audit_error(rec.artifact.as_deref()) {
+        Outcome::Passed => match audit_error(&rec) {
             Some((id, detail)) => RealVerdict::Violation {
                 invariant: id,
                 step: report.last_step,
