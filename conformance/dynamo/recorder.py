@@ -251,6 +251,12 @@ class Recorder:
             self.known[rid] = self.known.get(rid, 0) + int(args.get("num_new_computed_tokens") or 0)
         op["expect"] = expect
         self.ops.append(op)
+        if result is None and rid not in self.sched.requests:
+            # A request the planner built itself and drops when the pool refuses
+            # it (`_bench_inject_fake_decode` truncates the batch and reuses the
+            # id for the next point): it never held a block; kvsim forgets it.
+            self.ops.append({"op": "finish", "req": rid})
+            self.known.pop(rid, None)
 
     def _on_free(self, args, result):
         self._retire(args["request"], fenced=False)
@@ -448,7 +454,13 @@ class Recorder:
         self.points.append(entry)
         self.point = point
         self.timed_step = True
-        self.ops.append({"op": "inject_point", "point": point})
+        op = {"op": "inject_point", "point": point}
+        current = getattr(self.sched, "_bench_current_point", None)
+        if "eager_warmup" in (getattr(current, "sample_reasons", None) or ()):
+            # An eager warm-up replica (dynamo_fpm.md §1.6): run, then discarded.
+            op["replica"] = True
+            entry["replica"] = True
+        self.ops.append(op)
 
     def _on_inject_fake(self, args):
         self._new_point(args["context_lengths"], "synthetic")

@@ -159,7 +159,7 @@ fn a_stage_failure_on_one_rank_skips_the_point_on_every_rank() {
         .steps
         .iter()
         .flat_map(|st| &st.ops)
-        .any(|op| matches!(op, PlanOp::InjectPoint { point } if *point == skipped));
+        .any(|op| matches!(op, PlanOp::InjectPoint { point, .. } if *point == skipped));
     assert!(!injected, "no rank injects a point the group skipped");
 }
 

@@ -39,12 +39,17 @@ fn soft_timeout_forbids_new_points() {
     assert_eq!(invariant(&run(&first)), Some("PL-DEADLINE"));
     let late = with_faults(p.clone(), json!([{"fault": "soft_timeout", "step": 2}]));
     assert_eq!(invariant(&run(&late)), Some("PL-DEADLINE"));
-    let after = with_faults(p, json!([{"fault": "soft_timeout", "step": 3}]));
+    let after = with_faults(p.clone(), json!([{"fault": "soft_timeout", "step": 3}]));
     assert_eq!(
         run(&after),
         Outcome::Passed,
         "a deadline after the last point changes nothing"
     );
+    // An eager warm-up replica is discarded (no result, no skip): the boundary
+    // check still has nothing to wait behind, so the first real point runs.
+    let mut replica_first = first;
+    replica_first["steps"][1]["ops"][0]["replica"] = json!(true);
+    assert_eq!(run(&replica_first), Outcome::Passed);
 }
 
 #[test]

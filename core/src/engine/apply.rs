@@ -225,18 +225,22 @@ impl Engine {
                 self.timed = None;
                 OpOutcome::ok(format!("untimed {point}"))
             }
-            PlanOp::InjectPoint { point } => {
+            PlanOp::InjectPoint { point, replica } => {
                 let mut out = OpOutcome::ok(format!("inject {point}"));
                 // Dynamo samples the deadline before a new point only once a point
-                // has finished (`_bench_stop_at_timeout_boundary`, §1.12): the first
-                // point of a rank runs whatever the clock says.
-                if self.deadline_passed && !self.points.is_empty() {
+                // has a result or a skip (`_bench_stop_at_timeout_boundary`, §1.12):
+                // a rank's first point, and the eager warm-up replicas before it
+                // (discarded, so neither), run whatever the clock says.
+                if self.deadline_passed && self.points_recorded > 0 {
                     out.violations.push(Self::violation(
                         "PL-DEADLINE",
                         format!("point {point} injected after the soft deadline passed"),
                     ));
                 }
                 self.points.entry(*point).or_insert((self.step_seq, false, 0));
+                if !replica {
+                    self.points_recorded += 1;
+                }
                 self.inject_seq = Some(self.step_seq);
                 // The blocking stage exchange (PR #14728, dynamo_fpm.md §7.1, §8.2 bug 22):
                 // every rank acts once every rank's message arrived, i.e. after the

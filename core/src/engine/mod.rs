@@ -116,6 +116,9 @@ pub struct Engine {
     /// Points injected on this rank: (step of the injection, whether it was timed
     /// there, steady timed windows since).
     pub points: BTreeMap<u64, (u64, bool, u64)>,
+    /// Points injected on this rank that the artifact records (a result or a
+    /// skip): every point but the eager warm-up replicas.
+    pub points_recorded: u64,
     /// Rare events reached (coverage goals), by name.
     pub events: BTreeMap<&'static str, u64>,
     /// A deliberate bug switched on (`--mutant`).
@@ -159,6 +162,7 @@ impl Engine {
             inject_seq: None,
             group_lag: 0,
             points: BTreeMap::new(),
+            points_recorded: 0,
             events: BTreeMap::new(),
             mutant,
         })

@@ -92,7 +92,7 @@ pub const CATALOG: &[Invariant] = &[
     },
     Invariant {
         id: "PL-DEADLINE",
-        statement: "No stage starts or continues after the soft deadline: once it passed on a rank, that rank injects no new benchmark point (except its first: the boundary check runs only once a point has finished), registers no shadow, and schedules no stage prefill (a prompt chunk of a request that is neither a shadow, nor on synthetic KV, nor admitted by a point's injection: a chain or a native exact-context prefill).",
+        statement: "No stage starts or continues after the soft deadline: once it passed on a rank, that rank injects no new benchmark point (except its first: the boundary check runs only once a point has a result or a skip, which eager warm-up replicas never get), registers no shadow, and schedules no stage prefill (a prompt chunk of a request that is neither a shadow, nor on synthetic KV, nor admitted by a point's injection: a chain or a native exact-context prefill).",
         source: "dynamo_fpm.md §1.12, §3.3 step 4; §8.2 bug 5",
         checked_in: "core/src/engine/apply.rs: Engine::apply (InjectPoint, RegisterShadow, Schedule)",
     },

@@ -42,6 +42,9 @@ pub struct RecordedPoint {
     /// The attention-DP rank that injected it (every rank injects every point).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rank: u32,
+    /// An eager warm-up replica (dynamo_fpm.md §1.6): run, then discarded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replica: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

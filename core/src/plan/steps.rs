@@ -184,8 +184,13 @@ pub enum PlanOp {
     BeginTimed { point: u64 },
     /// End of the timed window.
     EndTimed { point: u64 },
-    /// This rank injects benchmark point `point` in this step.
-    InjectPoint { point: u64 },
+    /// This rank injects benchmark point `point` in this step; `replica`: an
+    /// eager warm-up replica (dynamo_fpm.md §1.6), run and discarded.
+    InjectPoint {
+        point: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        replica: bool,
+    },
     /// Host-side bookkeeping (e.g. block registration) that costs wall time.
     HostWork { label: String },
     /// The sweep is over: every block must be back at ref 0, the cache empty.

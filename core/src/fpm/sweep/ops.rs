@@ -165,7 +165,7 @@ pub(super) fn decode_step(
 ) -> Vec<PlanOp> {
     let mut ops = Vec::new();
     if admission {
-        ops.push(PlanOp::InjectPoint { point });
+        ops.push(PlanOp::InjectPoint { point, replica: false });
     }
     if schedule {
         for slot in 0..batch {
