@@ -372,6 +372,7 @@ class Group:
         rk.rec.end_step()
 
     def drain_phase(self, rk):
+        self.runner.shrink_due(rk.rec, rk.index)  # faults apply at every recorded step
         if rk.queue:
             done, done_mro = rk.queue.pop(0)
             rk.rec.process_outputs(lag=0)

@@ -427,6 +427,9 @@ class Runner:
                 rec.observe(mismatch)
                 rec.end_step()
             while queue and status == "completed":
+                # The plan's faults apply at every recorded step (a transient
+                # shrink may end while the last outputs drain).
+                self.shrink_due(rec, 0)
                 done, done_mro = queue.pop(0)
                 rec.process_outputs(lag=0)
                 sched.update_from_output(done, done_mro)
