@@ -46,7 +46,7 @@ fn complete_1_6_1_artifacts_pass_with_exit_0() {
         assert_eq!(
             stdout(&out),
             format!(
-                "audit {}: pass (0 error(s), 0 warning(s); status complete; schema ok; 44 checks)\n",
+                "audit {}: pass (0 error(s), 0 warning(s); status complete; schema ok; 45 checks)\n",
                 p.display()
             )
         );
@@ -63,7 +63,7 @@ fn the_failed_artifact_is_well_formed_but_reported_as_a_failed_run_with_exit_1()
         stdout(&out),
         format!(
             "error   AU-RUN-FAILED      $.status: the run failed: timed out waiting for attention-DP ranks for benchmark_id=0\n\
-             audit {}: fail (1 error(s), 0 warning(s); status failed; schema ok; 44 checks)\n",
+             audit {}: fail (1 error(s), 0 warning(s); status failed; schema ok; 45 checks)\n",
             p.display()
         )
     );
@@ -107,7 +107,7 @@ fn a_broken_invariant_exits_1_naming_the_check_and_path() {
         lines[2]
     );
     assert!(
-        lines[3].ends_with(": fail (2 error(s), 1 warning(s); status complete; schema ok; 44 checks)"),
+        lines[3].ends_with(": fail (2 error(s), 1 warning(s); status complete; schema ok; 45 checks)"),
         "{}",
         lines[3]
     );

@@ -123,7 +123,10 @@ impl Scenario {
             num_blocks: self.pool_blocks,
             enable_caching: self.scheduler.enable_caching,
             max_model_len: self.scheduler.max_model_len,
-            max_in_flight_tokens: self.scheduler.max_num_batched_tokens,
+            // vLLM's `max_concurrent_batches * max_num_batched_tokens`: async
+            // scheduling overlaps two batches (vllm_kv.md, admission cap).
+            max_in_flight_tokens: if self.scheduler.async_scheduling { 2 } else { 1 }
+                * self.scheduler.max_num_batched_tokens,
             groups,
             watermark_blocks: (self.scheduler.watermark * f64::from(self.pool_blocks)) as u64,
         }

@@ -25,7 +25,7 @@ use crate::dynamo::RecordError;
 /// Goals the real harness cannot reach yet, and why.
 pub const GOALS_NOT_APPLICABLE: &[(&str, &str)] = &[(
     "ranks-disagree",
-    "the real DP ranks derive one negotiated plan; the harness's one per-rank fault, a smaller pool on one rank, is negotiated away at step 0 and later stalls or times out the group (docs/dynamo-findings.md §10) before the ranks decide apart",
+    "the real DP ranks derive one negotiated plan and settle every stage by the group verdict: a smaller pool on one rank is negotiated away at step 0, fails a stage on every rank as a build closes, or stalls or times out the group (docs/dynamo-findings.md §10); ranks that decide apart are the DP mutants' kills",
 )];
 
 #[derive(Clone)]
