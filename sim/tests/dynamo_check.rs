@@ -243,6 +243,11 @@ fn bad_flags_exit_2() {
         ),
         (vec!["check", "--planner", "dynamo", "--cases", "0"], "--cases"),
         (
+            vec!["check", "--planner", "dynamo", "--case", "240"],
+            "--case 240 is not in this run",
+        ),
+        (vec!["check", "--case", "99999"], "--case 99999 is not in this run"),
+        (
             vec!["check", "--planner", "dynamo", "--mutant", "no-such-bug"],
             "unknown real-planner mutant",
         ),

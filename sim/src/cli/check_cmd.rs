@@ -90,6 +90,7 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<CheckConfig, CliError> {
     if cases == 0 {
         return Err(CliError::Input("--cases must be at least 1".into()));
     }
+    case_in_run(a.case, cases, scenarios.len())?;
     Ok(CheckConfig {
         seed: a.seed,
         cases,
@@ -322,5 +323,18 @@ fn run_mutants(a: &CheckArgs, mutants: &[Mutant]) -> Result<ExitCode, CliError> 
         Ok(ExitCode::SUCCESS)
     } else {
         Err(CliError::Failed(format!("{} mutant(s) survived", rows.len() - killed)))
+    }
+}
+
+/// `--case I` names a case of the run: a case of a larger run needs that run's `--cases`.
+pub(crate) fn case_in_run(case: Option<u64>, cases: u64, bases: usize) -> Result<(), CliError> {
+    let total = cases * bases as u64;
+    match case {
+        Some(i) if i >= total => Err(CliError::Input(format!(
+            "--case {i} is not in this run: {cases} cases per base over {bases} base(s) are cases 0..{}; \
+             pass the --cases of the run that reported it",
+            total.saturating_sub(1)
+        ))),
+        _ => Ok(()),
     }
 }

@@ -45,6 +45,7 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<RealCheckConfig, CliError
     if cases == 0 {
         return Err(CliError::Input("--cases must be at least 1".into()));
     }
+    super::check_cmd::case_in_run(a.case, cases, chosen.len())?;
     if a.harness_timeout == 0 {
         return Err(CliError::Input("--harness-timeout must be at least 1".into()));
     }
