@@ -37,13 +37,16 @@ impl Sites {
     /// else any. None without registrations.
     pub fn registration(&self, rng: &mut dyn rand::RngCore) -> Option<(u64, u32)> {
         use rand::Rng;
+        if self.registrations.is_empty() {
+            return None;
+        }
         let several: Vec<_> = self.registrations.iter().filter(|r| r.1 > 1).collect();
         let pool: Vec<_> = if !several.is_empty() && rng.gen_bool(0.5) {
             several
         } else {
             self.registrations.iter().collect()
         };
-        let &&(step, n) = pool.get(rng.gen_range(0..pool.len().max(1)))?;
+        let &(step, n) = pool[rng.gen_range(0..pool.len())];
         Some((step, if n > 1 { rng.gen_range(1..n) } else { 0 }))
     }
 
@@ -61,7 +64,7 @@ impl Sites {
         }
     }
 
-    /// A step that injected a point (eager warm-up replicas first: §1.6).
+    /// A step that injected a point.
     pub fn injection(&self, rng: &mut dyn rand::RngCore) -> Option<u64> {
         use rand::Rng;
         (!self.injections.is_empty()).then(|| self.injections[rng.gen_range(0..self.injections.len())])

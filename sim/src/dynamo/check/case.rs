@@ -268,7 +268,7 @@ impl RealCase {
         }
     }
 
-    /// Move the drawn timeout, abort and delay onto `builds` (the probe's
+    /// Move the drawn timeout, abort and delay onto `sites` (the probe's
     /// chain builds): a timeout or abort on a step mid-build, a delay on a
     /// build's last chunk, or with a timeout on the step before the deadline
     /// (the shed chain's chunk still in flight over the cleanup); a failed
@@ -276,42 +276,42 @@ impl RealCase {
     /// after a build closes (where 1.6.1 checks the rung's shadow tails fit:
     /// under DP a shortfall on one rank fails the stage for the group) or
     /// mid-build, a transient one onto a point's injection.
-    /// Without builds (the gate refused warm-up) the drawn steps stay.
-    pub fn resolve(&self, builds: &Sites) -> RealCase {
+    /// Without sites (the gate refused warm-up) the drawn steps stay.
+    pub fn resolve(&self, sites: &Sites) -> RealCase {
         let mut c = RealCase {
             aim: None,
             ..self.clone()
         };
-        let (Some(seed), false) = (self.aim, builds.is_empty()) else {
+        let (Some(seed), false) = (self.aim, sites.is_empty()) else {
             return c;
         };
         let rng = &mut ChaCha8Rng::seed_from_u64(seed);
         let step = |s: u64| u32::try_from(s).unwrap_or(u32::MAX).max(1);
         if c.timeout_step.is_some() {
-            c.timeout_step = Some(step(builds.mid_build(rng)));
+            c.timeout_step = Some(step(sites.mid_build(rng)));
         }
         if c.abort_chains.is_some() {
-            c.abort_chains = Some(step(builds.mid_build(rng)));
+            c.abort_chains = Some(step(sites.mid_build(rng)));
         }
         if let Some((_, by)) = c.delay_outputs {
             let at = match c.timeout_step {
                 Some(t) => t.saturating_sub(1).max(1),
-                None => step(builds.closing(rng)),
+                None => step(sites.closing(rng)),
             };
             c.delay_outputs = Some((at, by));
         }
         if c.fail_registration.is_some() {
-            if let Some((at, after)) = builds.registration(rng) {
+            if let Some((at, after)) = sites.registration(rng) {
                 c.fail_registration = Some((step(at), after));
             }
         }
-        if let Some((_, rank, pct)) = c.shrink_pool.filter(|s| s.0 > 0 && !builds.runs.is_empty()) {
+        if let Some((_, rank, pct)) = c.shrink_pool.filter(|s| s.0 > 0 && !sites.runs.is_empty()) {
             let s = if c.shrink_steps.is_some() {
-                builds.injection(rng).unwrap_or(1)
+                sites.injection(rng).unwrap_or(1)
             } else if rng.gen_bool(0.5) {
-                builds.closing(rng) + 1
+                sites.closing(rng) + 1
             } else {
-                builds.mid_build(rng)
+                sites.mid_build(rng)
             };
             c.shrink_pool = Some((step(s), rank, pct));
         }

@@ -171,10 +171,7 @@ fn witness_options(w: &Witness, wall: std::time::Duration) -> (RecordOptions, Ve
         shrink_pool: shrink.map(|(a, b, c, _)| (a, b, c)),
         shrink_steps: shrink.and_then(|s| s.3),
         // "STEP:AFTER", as the `--fail-registration` flag.
-        fail_registration: w.other.get("fail_registration").and_then(|v| {
-            let (a, b) = v.as_str()?.split_once(':')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        }),
+        fail_registration: pair("fail_registration").and_then(|(a, b)| Some((a, u32::try_from(b).ok()?))),
         timeout: wall,
         ..RecordOptions::default()
     };
