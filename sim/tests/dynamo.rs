@@ -263,6 +263,12 @@ fn a_transient_pool_shortfall_fails_a_warm_up_replica_and_1_6_1_discards_it() {
     let out = patched.stdout();
     assert_eq!(patched.out.status.code(), Some(1), "{out}");
     assert!(out.contains("FINDING AU-COVERAGE-TOTAL (artifact audit"), "{out}");
+    // The check that names the bug: the kept skip is the replica.
+    let art = patched.dir.join("artifact.json");
+    let audit = kvsim(&["audit", art.to_str().unwrap()], &[]);
+    let text = String::from_utf8_lossy(&audit.stdout);
+    assert_eq!(audit.status.code(), Some(1), "{text}");
+    assert!(text.contains("AU-REPLICA-KEPT"), "{text}");
 }
 
 #[test]
