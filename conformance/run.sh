@@ -14,7 +14,7 @@ seed="${KVSIM_CONFORMANCE_SEED:-20261129}"
 py="$("$here/setup_venv.sh" | tail -n 1)"
 out="$root/target/conformance"
 rm -rf "$out" && mkdir -p "$out/vllm" "$out/kvsim"
-cargo build --release -q -p kvsim-sim
+cargo build --release -q -p kvsim
 kvsim="$root/target/release/kvsim"
 echo "conformance: generating $count traces with vLLM 0.33.0 (seed $seed)"
 PYTHONHASHSEED=0 "$py" "$here/gen_traces.py" --seed "$seed" --count "$count" --out "$out/vllm"

@@ -1,6 +1,7 @@
 //! kvsim-core: the pure model. No I/O, no clocks, no threads.
 
 pub mod bugs;
+pub mod device;
 pub mod engine;
 pub mod fpm;
 pub mod invariants;

@@ -15,9 +15,8 @@
 
 /// `u32`s per verification record.
 pub const RECORD_WORDS: usize = 8;
-/// Threads per CTA of the decode kernels (four warps; the tensor-core latent kernel has two
-/// groups of four and two producer warps, see `lower::AttnKernel::threads`).
-pub const DECODE_THREADS: u32 = 128;
+/// Threads per CTA of the decode kernels (the lowering decides launch geometry).
+pub use kvsim_core::device::lower::DECODE_THREADS;
 
 /// Names of the kernels in the common module.
 pub const COMMON_KERNELS: [&str; 9] = [

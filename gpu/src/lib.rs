@@ -1,8 +1,9 @@
 //! kvsim-gpu: runs kvsim plans on an NVIDIA GPU with real paged KV, verifies every read and
 //! times every step.
 //!
-//! A plan is lowered into a [`GpuProgram`] (a [`DeviceLayout`] plus steps of [`GpuOp`]s); a
-//! [`GpuExecutor`] holds one pool per cache group and runs it. K/V content is a pure function
+//! A plan is lowered into a [`GpuProgram`] (a [`DeviceLayout`] plus steps of [`GpuOp`]s) by
+//! `kvsim_core::device` (pure, re-exported here); a [`GpuExecutor`] holds one pool per cache
+//! group and runs it. K/V content is a pure function
 //! of (token, position, layer, head, dim) ([`content`]), so each decode kernel checks, per
 //! position read, the tag embedded in the row against the token the program says is there, and
 //! sums the tags into a checksum; mismatches come back as [`Violation`]s naming step, request,
@@ -12,7 +13,6 @@
 //! time, and device tests print `skipped: no CUDA device (reason)`.
 
 pub mod bandwidth;
-pub mod content;
 pub mod device;
 #[cfg(test)]
 mod emulate;
@@ -20,21 +20,17 @@ mod emulate;
 mod emulate_latent;
 pub mod error;
 pub mod executor;
-pub mod ids;
+pub mod host_clock;
 pub mod kernels;
-pub mod layout;
-pub mod lower;
-pub mod lower_plan;
-pub mod program;
 pub mod reference;
 pub mod selfcheck;
 
 pub use device::{no_device_reason, DeviceInfo};
 pub use error::GpuError;
 pub use executor::{ExecOptions, ExecReport, GpuExecutor, OpTiming, PointTiming, StepTiming, Violation, ViolationKind};
-pub use ids::{BlockId, GroupId, PointId, ReqId};
-pub use layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
-pub use lower_plan::{lower_plan, LowerError, LowerOptions, LoweredPlan, MoeInput, OpRef, SyntheticKv};
-pub use program::{
-    BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,
+pub use host_clock::{lower_plan_measured, WallClock};
+pub use kvsim_core::device::{
+    content, ids, layout, lower, lower_plan, program, BlockCopy, BlockId, DecodeOp, DecodeSeq, DeviceLayout, GpuOp,
+    GpuProgram, GpuStep, GroupId, GroupKind, GroupLayout, GroupTable, LowerError, LowerOptions, LoweredPlan, MoeInput,
+    MoeLayout, MoeOp, OpRef, PointId, PrefillOp, ReqId, StateUpdateOp, SyntheticKv,
 };

@@ -1,7 +1,7 @@
-//! kvsim-sim: the deterministic executor, fault injection, exploration and the CLI.
+//! kvsim-sim: the deterministic executor, fault injection, `kvsim check`, exhaustive mode, the
+//! fuzzer and the cost model. Depends on `kvsim-core` alone: no clap, no cudarc.
 
 pub mod check;
-pub mod cli;
 pub mod conformance;
 pub mod cost;
 pub mod dynamo;

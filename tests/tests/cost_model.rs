@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use kvsim_cli::cli::{run, Cli, CliError};
 use kvsim_core::fpm::gate::Strategy;
 use kvsim_core::fpm::scenarios::find_scenario;
 use kvsim_core::plan::Plan;
-use kvsim_sim::cli::{run, Cli, CliError};
 use kvsim_sim::cost::compare::{compare_pair, mape_points, worst};
 use kvsim_sim::cost::desc::{AttnDesc, Family, OpDesc, StepDesc, DESC_VERSION};
 use kvsim_sim::cost::fit::{calibrate, mape, nnls_normal, rows, Measured, RowKind, Sample};

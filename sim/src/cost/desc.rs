@@ -1,7 +1,7 @@
 //! What the GPU backend executes per step, described for the cost model: one [`OpDesc`] per op
 //! of a lowered program, with the bytes, CTAs and work each kernel really has.
 //!
-//! The description mirrors `kvsim_gpu::executor`'s prepare phase launch for launch: a run of
+//! The description mirrors `kvsim_core::device::executor`'s prepare phase launch for launch: a run of
 //! consecutive `Prefill` ops is one `write_kv` launch per group (in order of first appearance,
 //! the rest of the run `merged`), a decode is one launch per attention group with the split the
 //! executor's heuristic picks for the device's resident CTAs, a MoE is a memset and three
@@ -12,11 +12,11 @@
 
 use std::collections::BTreeMap;
 
+use kvsim_core::device::layout::{DeviceLayout, GroupKind, GroupLayout};
+use kvsim_core::device::lower::{aligned_lo, choose_split, AttnKernel};
+use kvsim_core::device::program::{GpuOp, MoeOp};
+use kvsim_core::device::LoweredPlan;
 use kvsim_core::plan::{Plan, PlanOp};
-use kvsim_gpu::layout::{DeviceLayout, GroupKind, GroupLayout};
-use kvsim_gpu::lower::{aligned_lo, choose_split, AttnKernel};
-use kvsim_gpu::program::{GpuOp, MoeOp};
-use kvsim_gpu::LoweredPlan;
 use serde::{Deserialize, Serialize};
 
 use super::routing::Routing;
@@ -197,8 +197,14 @@ pub trait DescSource {
     fn routing(&mut self, step: usize, op: usize, m: &MoeOp, layout: &DeviceLayout) -> Routing;
 }
 
-fn attn_launches(layout: &DeviceLayout, d: &kvsim_gpu::DecodeOp, src: &dyn DescSource, sm_count: u32) -> Vec<AttnDesc> {
-    let mut groups: Vec<kvsim_gpu::GroupId> = d.seqs.iter().flat_map(|s| s.tables.iter().map(|t| t.group)).collect();
+fn attn_launches(
+    layout: &DeviceLayout,
+    d: &kvsim_core::device::DecodeOp,
+    src: &dyn DescSource,
+    sm_count: u32,
+) -> Vec<AttnDesc> {
+    let mut groups: Vec<kvsim_core::device::GroupId> =
+        d.seqs.iter().flat_map(|s| s.tables.iter().map(|t| t.group)).collect();
     groups.sort();
     groups.dedup();
     let mut out = Vec::new();
@@ -261,13 +267,13 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
     for (si, step) in lowered.program.steps.iter().enumerate() {
         let mut ops: Vec<OpDesc> = Vec::with_capacity(step.ops.len());
         let (mut batch, mut new_tokens, mut ctx_tokens, mut kv_bytes) = (0u64, 0u64, 0u64, 0u64);
-        let mut first_group_written: Option<kvsim_gpu::GroupId> = None;
+        let mut first_group_written: Option<kvsim_core::device::GroupId> = None;
         let mut oi = 0;
         while oi < step.ops.len() {
-            let run = kvsim_gpu::program::prefill_run(&step.ops[oi..]);
+            let run = kvsim_core::device::program::prefill_run(&step.ops[oi..]);
             if run > 0 {
                 // (group, tokens, non-null tokens) in order of first appearance.
-                let mut per_group: Vec<(kvsim_gpu::GroupId, u64, u64)> = Vec::new();
+                let mut per_group: Vec<(kvsim_core::device::GroupId, u64, u64)> = Vec::new();
                 for op in &step.ops[oi..oi + run] {
                     let GpuOp::Prefill(p) = op else {
                         unreachable!("a run of prefills")

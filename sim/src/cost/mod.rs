@@ -20,10 +20,10 @@ pub mod results;
 pub mod routing;
 pub mod svg;
 
+use kvsim_core::device::layout::DeviceLayout;
+use kvsim_core::device::program::MoeOp;
+use kvsim_core::device::{lower_plan, LowerOptions, LoweredPlan, MoeInput, SyntheticKv};
 use kvsim_core::plan::Plan;
-use kvsim_gpu::layout::DeviceLayout;
-use kvsim_gpu::program::MoeOp;
-use kvsim_gpu::{lower_plan, LowerOptions, LoweredPlan, MoeInput, SyntheticKv};
 use serde_json::{json, Value};
 
 pub use desc::{describe, OpDesc, StepDesc};

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use kvsim_core::device::layout::DeviceLayout;
+use kvsim_core::device::program::MoeOp;
+use kvsim_core::device::{MoeInput, SyntheticKv};
 use kvsim_core::plan::Plan;
-use kvsim_gpu::layout::DeviceLayout;
-use kvsim_gpu::program::MoeOp;
-use kvsim_gpu::{MoeInput, SyntheticKv};
 
 use super::desc::{describe, DescSource, OpDesc, StepDesc, DESC_VERSION};
 use super::fit::{Measured, Sample};
@@ -251,7 +251,7 @@ impl GpuResults {
     /// Describes the run anew from its plan with the current description version.
     pub fn redescribe(&mut self, plan: &Plan) -> Result<(), String> {
         let opts = self.run.options()?;
-        let lowered = kvsim_gpu::lower_plan(plan, &opts.lowering).map_err(|e| e.to_string())?;
+        let lowered = kvsim_core::device::lower_plan(plan, &opts.lowering).map_err(|e| e.to_string())?;
         let mut src = Redescribe {
             old: &self.cost.steps,
             resident: &self.cost.resident_ctas,

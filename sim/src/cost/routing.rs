@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use kvsim_gpu::content::{content_hash, fmix32, PLANE_MOE};
+use kvsim_core::device::content::{content_hash, fmix32, PLANE_MOE};
 use serde::{Deserialize, Serialize};
 
 /// How a MoE op's (token, expert) pairs spread over the experts.

@@ -1,0 +1,397 @@
+//! The device layout: one pool per cache group, sized from the scenario's model layout.
+//!
+//! Pool memory is block-major, so that zeroing or copying a block (copy-on-write) touches one
+//! contiguous range. Inside one block of an attention group (vLLM v0's paged layout, K row-major
+//! and V transposed, see vLLM `csrc/attention/attention_kernels.cu`):
+//!
+//! ```text
+//! block: [layer][plane K: kv_head][slot][dim]   bf16
+//!               [plane V: kv_head][dim][slot]   bf16 (transposed: a head's V column is contiguous)
+//! MLA block:    [layer][slot][latent_dim + 8]   bf16 (K = V = the latent, rows padded)
+//! state block:  [layer][state_head][state_dim]  f32  (elements 0 and 1 of each row: digest)
+//! ```
+//!
+//! Block 0 of every group is the null block; `blocks_total` counts it.
+//!
+//! MLA rows carry [`MLA_ROW_PAD`] unused elements so that a block's rows, copied into shared
+//! memory in one bulk copy, land on distinct banks for `ldmatrix` (a 1152-byte row stride puts
+//! every row on the same banks). Bandwidth figures count only the latent bytes.
+
+use crate::device::ids::GroupId;
+
+/// The kind of one cache group, mirroring vLLM's KV-cache specs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// Full attention: a decode reads every position `0..ctx`.
+    Full,
+    /// Multi-head latent attention: one latent head per position, K = V = the latent.
+    Mla,
+    /// Sliding window: a decode reads the last `window_tokens` positions only.
+    SlidingWindow { window_tokens: u32 },
+    /// Chunked local attention: a decode reads the current chunk only.
+    ChunkedLocal { chunk_tokens: u32 },
+    /// Mamba / KDA recurrent state: one state block per request (and per cached prefix).
+    MambaState,
+}
+
+/// One cache group's shape and pool size.
+///
+/// Field meanings per kind: for attention kinds `kv_heads`, `q_heads` and `head_dim` are the
+/// usual ones; for [`GroupKind::Mla`] `kv_heads` must be 1, `head_dim` is the latent width and
+/// `q_heads` the attention heads; for [`GroupKind::MambaState`] `kv_heads` is the number of state
+/// heads, `head_dim` the f32 state elements per head, `q_heads` is unused and
+/// `block_size_tokens` is not used on the device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GroupLayout {
+    pub kind: GroupKind,
+    pub block_size_tokens: u32,
+    pub layers: u32,
+    pub kv_heads: u32,
+    pub q_heads: u32,
+    pub head_dim: u32,
+    /// Blocks in the pool, the null block 0 included.
+    pub blocks_total: u32,
+}
+
+/// Shape of the mixture-of-experts layer a `Moe` op runs (weights live on the device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MoeLayout {
+    pub hidden: u32,
+    pub ffn: u32,
+    pub experts: u32,
+}
+
+/// Every pool the device holds for one program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DeviceLayout {
+    pub groups: Vec<GroupLayout>,
+    pub moe: Option<MoeLayout>,
+}
+
+/// Largest head dim the decode kernels take (the tensor-core kernel's accumulators live in
+/// registers). Block sizes that are a multiple of 8 with head dims that are a multiple of 32 run
+/// on the tensor-core kernel; other shapes (head dims a multiple of 4) on the generic one.
+pub const MMA_MAX_HEAD_DIM: u32 = 256;
+/// Unused bf16 elements after each MLA latent row (16 bytes).
+pub const MLA_ROW_PAD: u32 = 8;
+/// Largest MLA latent width the latent decode kernel takes.
+pub const MLA_MAX_LATENT_DIM: u32 = 1024;
+/// Largest `top_k` a `Moe` op takes.
+pub const MOE_MAX_TOP_K: u32 = 8;
+
+impl GroupKind {
+    /// True for the kinds a `DecodeAttention` op reads (everything but recurrent state).
+    pub fn is_attention(self) -> bool {
+        !matches!(self, GroupKind::MambaState)
+    }
+
+    /// Short name for tables and messages.
+    pub fn name(self) -> String {
+        match self {
+            GroupKind::Full => "full".to_string(),
+            GroupKind::Mla => "mla".to_string(),
+            GroupKind::SlidingWindow { window_tokens } => {
+                format!("sliding_window({window_tokens})")
+            }
+            GroupKind::ChunkedLocal { chunk_tokens } => format!("chunked_local({chunk_tokens})"),
+            GroupKind::MambaState => "mamba_state".to_string(),
+        }
+    }
+
+    /// The positions a decode with `ctx_tokens` positions in cache (the current token's K/V
+    /// included) attends to: `lo..ctx_tokens`.
+    pub fn attend_range(self, ctx_tokens: u32) -> std::ops::Range<u32> {
+        let lo = match self {
+            GroupKind::Full | GroupKind::Mla | GroupKind::MambaState => 0,
+            GroupKind::SlidingWindow { window_tokens } => ctx_tokens.saturating_sub(window_tokens),
+            GroupKind::ChunkedLocal { chunk_tokens } => {
+                if ctx_tokens == 0 {
+                    0
+                } else {
+                    (ctx_tokens - 1) / chunk_tokens * chunk_tokens
+                }
+            }
+        };
+        lo..ctx_tokens
+    }
+}
+
+impl GroupLayout {
+    /// K and V planes per layer: 2 for attention, 1 for MLA (K = V), 0 for state.
+    pub fn planes(&self) -> u32 {
+        match self.kind {
+            GroupKind::Mla => 1,
+            GroupKind::MambaState => 0,
+            _ => 2,
+        }
+    }
+
+    /// Bytes of one element: bf16 for K/V and latents, f32 for recurrent state.
+    pub fn elem_bytes(&self) -> u64 {
+        match self.kind {
+            GroupKind::MambaState => 4,
+            _ => 2,
+        }
+    }
+
+    /// Elements of one block (all layers, all planes).
+    pub fn block_elems(&self) -> u64 {
+        let layers = u64::from(self.layers);
+        let heads = u64::from(self.kv_heads);
+        match self.kind {
+            GroupKind::MambaState => layers * heads * u64::from(self.head_dim),
+            _ => {
+                layers
+                    * u64::from(self.planes())
+                    * heads
+                    * u64::from(self.block_size_tokens)
+                    * u64::from(self.row_elems())
+            }
+        }
+    }
+
+    /// Elements from one position's row to the next inside a head's plane: the head dim, plus
+    /// [`MLA_ROW_PAD`] for MLA latents.
+    pub fn row_elems(&self) -> u32 {
+        match self.kind {
+            GroupKind::Mla => self.head_dim + MLA_ROW_PAD,
+            _ => self.head_dim,
+        }
+    }
+
+    /// Bytes of one block.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_elems() * self.elem_bytes()
+    }
+
+    /// Bytes of the whole pool, null block included.
+    pub fn pool_bytes(&self) -> u64 {
+        self.block_bytes() * u64::from(self.blocks_total)
+    }
+
+    /// Query heads per KV head (GQA group size).
+    pub fn gqa_group(&self) -> u32 {
+        self.q_heads.checked_div(self.kv_heads).unwrap_or(0)
+    }
+
+    /// Bytes a decode reads per attended position (all layers, K and V).
+    pub fn kv_bytes_per_position(&self) -> u64 {
+        let per_layer = u64::from(self.planes()) * u64::from(self.kv_heads) * u64::from(self.head_dim);
+        per_layer * u64::from(self.layers) * self.elem_bytes()
+    }
+
+    /// Blocks needed to hold `tokens` positions (`div_ceil`).
+    pub fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size_tokens.max(1))
+    }
+
+    /// Every problem with this group's shape, each message naming the group.
+    pub fn problems(&self, group: GroupId) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut bad = |msg: String| out.push(format!("{group} ({}): {msg}", self.kind.name()));
+        if self.layers == 0 {
+            bad("layers must be > 0".into());
+        }
+        if self.kv_heads == 0 {
+            bad("kv_heads must be > 0".into());
+        }
+        if self.blocks_total < 2 {
+            bad(format!(
+                "blocks_total {} must be >= 2 (null block + one)",
+                self.blocks_total
+            ));
+        }
+        match self.kind {
+            GroupKind::MambaState => {
+                if self.head_dim < 4 || !self.head_dim.is_multiple_of(4) {
+                    bad(format!("state_dim {} must be a multiple of 4, >= 4", self.head_dim));
+                }
+            }
+            kind => {
+                if self.block_size_tokens == 0 {
+                    bad("block_size_tokens must be > 0".into());
+                }
+                if self.q_heads == 0 || !self.q_heads.is_multiple_of(self.kv_heads.max(1)) {
+                    bad(format!(
+                        "q_heads {} must be a positive multiple of kv_heads {}",
+                        self.q_heads, self.kv_heads
+                    ));
+                }
+                if kind == GroupKind::Mla {
+                    if self.kv_heads != 1 {
+                        bad(format!("MLA has one latent head, got kv_heads {}", self.kv_heads));
+                    }
+                    if self.head_dim < 8 || !self.head_dim.is_multiple_of(8) || self.head_dim > MLA_MAX_LATENT_DIM {
+                        bad(format!(
+                            "latent dim {} must be a multiple of 8 in 8..={MLA_MAX_LATENT_DIM}",
+                            self.head_dim
+                        ));
+                    }
+                } else if self.head_dim < 4 || !self.head_dim.is_multiple_of(4) || self.head_dim > MMA_MAX_HEAD_DIM {
+                    bad(format!(
+                        "head_dim {} must be a multiple of 4 in 4..={MMA_MAX_HEAD_DIM}",
+                        self.head_dim
+                    ));
+                }
+                match kind {
+                    GroupKind::SlidingWindow { window_tokens: 0 } => bad("window_tokens must be > 0".into()),
+                    GroupKind::ChunkedLocal { chunk_tokens: 0 } => bad("chunk_tokens must be > 0".into()),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+}
+
+impl MoeLayout {
+    /// Bytes of the router and the expert weights (bf16).
+    pub fn weight_bytes(&self) -> u64 {
+        let (h, f, e) = (u64::from(self.hidden), u64::from(self.ffn), u64::from(self.experts));
+        2 * (e * h + 2 * e * f * h)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.hidden == 0 || !self.hidden.is_multiple_of(256) {
+            out.push(format!(
+                "moe: hidden {} must be a positive multiple of 256",
+                self.hidden
+            ));
+        }
+        if self.ffn == 0 || !self.ffn.is_multiple_of(256) {
+            out.push(format!("moe: ffn {} must be a positive multiple of 256", self.ffn));
+        }
+        if self.experts == 0 || self.experts > 1024 {
+            out.push(format!("moe: experts {} must be in 1..=1024", self.experts));
+        }
+        out
+    }
+}
+
+impl DeviceLayout {
+    /// The group with this id, if any.
+    pub fn group(&self, id: GroupId) -> Option<&GroupLayout> {
+        self.groups.get(id.0 as usize)
+    }
+
+    /// Bytes of every pool together (MoE weights not included).
+    pub fn pool_bytes(&self) -> u64 {
+        self.groups.iter().map(GroupLayout::pool_bytes).sum()
+    }
+
+    /// Every problem with the layout; empty when it is valid.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.groups.is_empty() {
+            out.push("layout has no groups".to_string());
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            out.extend(g.problems(GroupId(i as u32)));
+        }
+        if let Some(moe) = &self.moe {
+            out.extend(moe.problems());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(bs: u32) -> GroupLayout {
+        GroupLayout {
+            kind: GroupKind::Full,
+            block_size_tokens: bs,
+            layers: 2,
+            kv_heads: 8,
+            q_heads: 32,
+            head_dim: 128,
+            blocks_total: 10,
+        }
+    }
+
+    #[test]
+    fn block_bytes_per_kind() {
+        // 2 layers x 2 planes x 8 heads x 16 slots x 128 dims x 2 bytes
+        assert_eq!(full(16).block_bytes(), 2 * 2 * 8 * 16 * 128 * 2);
+        assert_eq!(full(16).pool_bytes(), 10 * 2 * 2 * 8 * 16 * 128 * 2);
+        let mla = GroupLayout {
+            kind: GroupKind::Mla,
+            kv_heads: 1,
+            q_heads: 16,
+            head_dim: 576,
+            ..full(64)
+        };
+        // Rows padded to 584 elements; the attended bytes stay 576 per position and layer.
+        assert_eq!(mla.block_bytes(), 2 * 64 * 584 * 2);
+        assert_eq!(mla.kv_bytes_per_position(), 2 * 576 * 2);
+        let mamba = GroupLayout {
+            kind: GroupKind::MambaState,
+            kv_heads: 4,
+            head_dim: 64,
+            ..full(16)
+        };
+        assert_eq!(mamba.block_bytes(), 2 * 4 * 64 * 4);
+        assert_eq!(full(16).kv_bytes_per_position(), 2 * 2 * 8 * 128 * 2);
+        assert_eq!(mla.kv_bytes_per_position(), 2 * 576 * 2);
+        // Every block is a whole number of 16-byte vectors (zero/copy kernels rely on it).
+        for g in [full(16), mla, mamba] {
+            assert_eq!(g.block_bytes() % 16, 0);
+        }
+    }
+
+    #[test]
+    fn attend_ranges() {
+        assert_eq!(GroupKind::Full.attend_range(100), 0..100);
+        assert_eq!(
+            GroupKind::SlidingWindow { window_tokens: 32 }.attend_range(100),
+            68..100
+        );
+        assert_eq!(GroupKind::SlidingWindow { window_tokens: 32 }.attend_range(20), 0..20);
+        let chunked = GroupKind::ChunkedLocal { chunk_tokens: 64 };
+        assert_eq!(chunked.attend_range(64), 0..64);
+        assert_eq!(chunked.attend_range(65), 64..65);
+        assert_eq!(chunked.attend_range(130), 128..130);
+        assert_eq!(chunked.attend_range(0), 0..0);
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        let ok = DeviceLayout {
+            groups: vec![full(16)],
+            moe: None,
+        };
+        assert!(ok.problems().is_empty());
+        let bad = DeviceLayout {
+            groups: vec![GroupLayout {
+                block_size_tokens: 0,
+                head_dim: 102,
+                blocks_total: 1,
+                ..full(16)
+            }],
+            moe: Some(MoeLayout {
+                hidden: 100,
+                ffn: 256,
+                experts: 8,
+            }),
+        };
+        let problems = bad.problems();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("g0"));
+        let mla = GroupLayout {
+            kind: GroupKind::Mla,
+            kv_heads: 2,
+            ..full(16)
+        };
+        assert!(mla.problems(GroupId(0)).iter().any(|p| p.contains("one latent head")));
+    }
+
+    #[test]
+    fn blocks_for_rounds_up() {
+        assert_eq!(full(16).blocks_for(0), 0);
+        assert_eq!(full(16).blocks_for(16), 1);
+        assert_eq!(full(16).blocks_for(17), 2);
+    }
+}

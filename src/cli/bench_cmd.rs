@@ -1,0 +1,85 @@
+//! `kvsim bench-traces DIR`: replay every kvtrace in DIR `--repeat` times and
+//! report ops/s, through the model alone and with observation lines.
+//! Wall-clock time is measured here and only here: it never reaches a trace.
+//!
+//! Measured like vLLM's side (`conformance/bench_manager.py`): JSON is parsed
+//! before the clock starts, and so are kvsim's compiled ops (fields checked,
+//! ids interned), whose cost is reported on its own as `compile_ops_per_sec`;
+//! building each trace's model is timed on both sides. After one untimed
+//! warm-up pass, each rate is total ops over total time; `best_*` is the
+//! fastest single pass (the least disturbed by other load on the machine).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use kvsim_core::kvtrace::{self, CompiledTrace};
+
+use super::{read_file, say, CliError};
+use kvsim_sim::conformance::trace_pairs;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Directory of `*.json` kvtraces (with `*.obs.jsonl` beside them).
+    pub dir: PathBuf,
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+}
+
+/// Ops per second over `repeat` passes of `pass` (which returns its op count),
+/// after one untimed warm-up pass: (overall, fastest pass, ops per pass).
+fn rate(repeat: u32, mut pass: impl FnMut() -> usize) -> (f64, f64, usize) {
+    pass();
+    let (mut ops, mut secs, mut best) = (0usize, 0f64, 0f64);
+    for _ in 0..repeat {
+        let start = Instant::now();
+        let n = pass();
+        let s = start.elapsed().as_secs_f64();
+        ops += n;
+        secs += s;
+        best = best.max(n as f64 / s);
+    }
+    (ops as f64 / secs, best, ops / repeat as usize)
+}
+
+pub fn run(a: BenchArgs) -> Result<ExitCode, CliError> {
+    let pairs = trace_pairs(&a.dir).map_err(|e| CliError::Input(format!("cannot list {}: {e}", a.dir.display())))?;
+    let mut values = Vec::with_capacity(pairs.len());
+    for (t, _) in &pairs {
+        let v: serde_json::Value =
+            serde_json::from_str(&read_file(t)?).map_err(|e| CliError::Input(format!("{}: {e}", t.display())))?;
+        values.push(v);
+    }
+    let repeat = a.repeat.max(1);
+    let start = Instant::now();
+    let traces = values
+        .iter()
+        .map(kvtrace::compile)
+        .collect::<Result<Vec<CompiledTrace>, _>>()
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let compile_secs = start.elapsed().as_secs_f64();
+    let compiled_ops: usize = traces.iter().map(CompiledTrace::num_ops).sum();
+    // Manager only: the ops through the model, no observation lines.
+    let (quiet, quiet_best, _) = rate(repeat, || traces.iter().map(CompiledTrace::run_quiet).sum());
+    // With observations: every op also renders its canonical state line; the
+    // byte count keeps the lines from being optimised away.
+    let mut bytes = 0usize;
+    let (full, full_best, ops) = rate(repeat, || {
+        bytes = 0;
+        let mut n = 0;
+        for t in &traces {
+            n += t.run(|line| bytes += line.len() + 1).1;
+        }
+        n
+    });
+    say(format_args!(
+        "{{\"best_manager_ops_per_sec\":{quiet_best:.1},\"best_ops_per_sec\":{full_best:.1},\
+         \"compile_ops_per_sec\":{:.1},\"line_bytes\":{},\"manager_ops_per_sec\":{quiet:.1},\"ops\":{ops},\
+         \"ops_per_sec\":{full:.1},\"repeat\":{repeat},\"traces\":{}}}",
+        compiled_ops as f64 / compile_secs,
+        bytes,
+        traces.len()
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,151 @@
+//! `kvsim calibrate RESULTS... --out PROFILE`: fits the cost model's parameters to GPU results
+//! (`kvsim replay --backend gpu` output) and writes the profile (docs/timing.md).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{read_file, say, CliError};
+use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, RowKind, Sample};
+use kvsim_sim::cost::load_profile;
+use kvsim_sim::cost::results::read_gpu_results_with;
+use kvsim_sim::output::write_atomic;
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// GPU results (kvsim-replay/1 with backend gpu), one or more.
+    #[arg(required = true)]
+    pub results: Vec<PathBuf>,
+    /// Where to write the fitted profile (kvsim-profile/1).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The profile to start from (and whose values unexercised parameters keep).
+    #[arg(long, default_value = "h200")]
+    pub start: String,
+    /// The fitted profile's name.
+    #[arg(long, default_value = "calibrated")]
+    pub name: String,
+    /// Weight of the prior that keeps each parameter near its starting value (relative).
+    #[arg(long, default_value_t = 0.01)]
+    pub prior: f64,
+    /// Most fitting iterations (each re-simulates every run).
+    #[arg(long, default_value_t = 60)]
+    pub iterations: usize,
+    /// Plans of the results (repeatable): results of a matching plan are described anew with
+    /// this kvsim's model (needed for results made by an older description version).
+    #[arg(long)]
+    pub plan: Vec<PathBuf>,
+    /// Fit only these parameters (comma-separated names, `kvsim-profile/1` params); every other
+    /// parameter keeps the start profile's value exactly. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    pub fit: Vec<String>,
+}
+
+/// One flag per parameter: free to move (all when `names` is empty).
+fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
+    let all = kvsim_sim::cost::Params::NAMES;
+    if let Some(bad) = names.iter().find(|n| !all.contains(&n.as_str())) {
+        return Err(CliError::Input(format!(
+            "--fit {bad}: not a profile parameter (one of: {})",
+            all.join(", ")
+        )));
+    }
+    Ok(all
+        .iter()
+        .map(|n| names.is_empty() || names.iter().any(|m| m == n))
+        .collect())
+}
+
+pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
+    if !(a.prior.is_finite() && a.prior >= 0.0) {
+        return Err(CliError::Input(format!("--prior {} must be finite and >= 0", a.prior)));
+    }
+    let free = free_params(&a.fit)?;
+    let mut profile = load_profile(&a.start).map_err(CliError::Input)?;
+    let start_provenance = profile.provenance.take();
+    let plans = super::load_plans(&a.plan)?;
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut fitted_on = Vec::new();
+    let mut sm_count: Option<u32> = None;
+    let mut resident: BTreeMap<String, u64> = BTreeMap::new();
+    for path in &a.results {
+        let name = path.display().to_string();
+        let r = read_gpu_results_with(&name, &read_file(path)?, &plans).map_err(CliError::Input)?;
+        if sm_count.is_some_and(|n| n != r.cost.sm_count) {
+            return Err(CliError::Input(format!(
+                "{name}: {} SMs, but an earlier file was measured on {} (one device per profile)",
+                r.cost.sm_count,
+                sm_count.unwrap_or(0)
+            )));
+        }
+        sm_count = Some(r.cost.sm_count);
+        resident.extend(r.cost.resident_ctas.clone());
+        fitted_on.push(json!({"file": name, "plan_hash": r.plan_hash, "run": {
+            "synthetic_kv": r.run.synthetic_kv, "moe_input": r.run.moe_input, "time_ops": r.run.time_ops}}));
+        samples.push(r.sample(&name));
+    }
+    if let Some(n) = sm_count {
+        profile.sm_count = n;
+    }
+    profile.resident_ctas.extend(resident);
+    let names = kvsim_sim::cost::Params::NAMES;
+    let is_free = |name: &str| names.iter().zip(&free).any(|(n, f)| *n == name && *f);
+    if is_free("host_work_op_ns") && is_free("host_work_token_ns") {
+        if let Some((op, token)) = fit_host_work(&samples) {
+            profile.params.host_work_op_ns = op;
+            profile.params.host_work_token_ns = token;
+        }
+    }
+    let report = calibrate(&samples, &profile.params, a.prior, a.iterations, &free);
+    profile.params = report.params.clone();
+    profile.name = a.name.clone();
+    profile.description = format!(
+        "fitted by kvsim calibrate to {} GPU run(s), starting from {}",
+        samples.len(),
+        a.start
+    );
+    let fitted = rows(&samples, &profile.params);
+    let per_file: Vec<serde_json::Value> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mine: Vec<_> = fitted.iter().filter(|r| r.sample == i).cloned().collect();
+            json!({"file": s.name, "mape_steps_pct": mape(&mine, Some(RowKind::Step)),
+                "mape_windows_pct": mape(&mine, Some(RowKind::Window)), "mape_ops_pct": mape(&mine, Some(RowKind::Op))})
+        })
+        .collect();
+    profile.provenance = Some(json!({
+        "fitted_on": fitted_on,
+        "start": a.start,
+        "prior": a.prior,
+        "iterations": report.iterations,
+        "rows": report.rows,
+        "mape_before_pct": report.before.iter().cloned().collect::<BTreeMap<_, _>>(),
+        "mape_after_pct": report.after.iter().cloned().collect::<BTreeMap<_, _>>(),
+        "per_file": per_file,
+        "fitted_params": names.iter().zip(&free).filter(|(_, f)| **f).map(|(n, _)| *n).collect::<Vec<_>>(),
+    }));
+    if let (Some(p), Some(earlier)) = (profile.provenance.as_mut(), start_provenance) {
+        p["start_provenance"] = earlier;
+    }
+    let mut text = serde_json::to_string_pretty(&profile).expect("profiles serialize");
+    text.push('\n');
+    write_atomic(&a.out, text.as_bytes())
+        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", a.out.display())))?;
+    say(format_args!(
+        "fitted {} parameters to {} measurements of {} run(s) in {} iterations; profile {} {}",
+        free.iter().filter(|f| **f).count(),
+        report.rows,
+        samples.len(),
+        report.iterations,
+        profile.name,
+        profile.hash()
+    ))?;
+    for ((k, b), (_, f)) in report.before.iter().zip(&report.after) {
+        say(format_args!("  MAPE {k:<8} {b:8.2}% -> {f:6.2}%"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

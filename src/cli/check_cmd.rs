@@ -1,0 +1,340 @@
+//! `kvsim check`: the main job. Swarm property suites over every built-in
+//! scenario (coverage goals included); with `--mutant`, the hunt for seed-bug
+//! and model mutants, each kill shrunk to a minimal plan that `kvsim replay`
+//! reproduces.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use kvsim_core::bugs::Mutant;
+use kvsim_core::fpm::scenarios::{builtin_scenarios, find_scenario};
+
+use super::{say, CliError};
+use kvsim_sim::check::goals::GOALS;
+use kvsim_sim::check::suite::{check, hunt, CheckConfig, CheckReport, MutantRow};
+use kvsim_sim::output::write_atomic;
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// A mutant to hunt (`kvsim mutants` lists them), or `all`; with --planner
+    /// dynamo also a comma-separated list of real-planner mutants.
+    #[arg(long)]
+    pub mutant: Option<String>,
+    /// Cases per scenario (default 100; with --mutant, the budget per mutant, also 100).
+    #[arg(long)]
+    pub cases: Option<u64>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// K/N: run only case indices i with i mod N = K − 1 (shards of one run are disjoint
+    /// and together make the whole run).
+    #[arg(long, default_value = "1/1")]
+    pub shard: String,
+    /// Only these built-in scenarios (repeatable).
+    #[arg(long)]
+    pub scenario: Vec<String>,
+    /// Where failing and shrunk plans are written.
+    #[arg(long, default_value = "kvsim-check-plans")]
+    pub plans_dir: PathBuf,
+    /// Run only case index I of the run (as a report names it).
+    #[arg(long)]
+    pub case: Option<u64>,
+    /// Print the report as JSON (byte-identical for the same flags; no timings).
+    #[arg(long)]
+    pub json: bool,
+    /// Whose plans to check: kvsim's own planners (default), or `dynamo`, the shipped
+    /// ai-dynamo 1.6.1 planner run by the harness (its environment must be installed).
+    #[arg(long, default_value = "kvsim", value_parser = ["kvsim", "dynamo"])]
+    pub planner: String,
+    /// With --planner dynamo: harness workers run at once (default: the machine's cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// With --planner dynamo: swarm this working copy of `instrumented_scheduler.py`.
+    #[arg(long)]
+    pub planner_source: Option<PathBuf>,
+    /// With --planner dynamo: wall-clock seconds one case may take before it is killed
+    /// and reported as hung.
+    #[arg(long, default_value_t = 120)]
+    pub harness_timeout: u64,
+}
+
+pub fn parse_shard(s: &str) -> Result<(u64, u64), CliError> {
+    let bad = || CliError::Input(format!("--shard {s:?}: expected K/N with 1 ≤ K ≤ N"));
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n): (u64, u64) = (
+        k.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if k == 0 || n == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
+
+fn config(a: &CheckArgs, default_cases: u64) -> Result<CheckConfig, CliError> {
+    let scenarios = if a.scenario.is_empty() {
+        builtin_scenarios()
+    } else {
+        a.scenario
+            .iter()
+            .map(|n| {
+                find_scenario(n)
+                    .ok_or_else(|| CliError::Input(format!("unknown scenario {n:?} (see `kvsim scenarios`)")))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let cases = a.cases.unwrap_or(default_cases);
+    if cases == 0 {
+        return Err(CliError::Input("--cases must be at least 1".into()));
+    }
+    case_in_run(a.case, cases, scenarios.len())?;
+    Ok(CheckConfig {
+        seed: a.seed,
+        cases,
+        shard: parse_shard(&a.shard)?,
+        scenarios,
+        only: a.case,
+    })
+}
+
+pub fn run(a: CheckArgs) -> Result<ExitCode, CliError> {
+    if a.planner == "dynamo" {
+        return super::check_dynamo::run(&a);
+    }
+    if a.jobs.is_some() || a.planner_source.is_some() {
+        return Err(CliError::Input(
+            "--jobs and --planner-source apply to --planner dynamo only".into(),
+        ));
+    }
+    let mutants = match a.mutant.as_deref() {
+        None => None,
+        Some("all") => Some(Mutant::all()),
+        Some(name) => Some(vec![name.parse::<Mutant>().map_err(CliError::Input)?]),
+    };
+    match mutants {
+        None => run_suites(&a),
+        Some(m) => run_mutants(&a, &m),
+    }
+}
+
+fn plan_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.json"))
+}
+
+fn write_plan(dir: &Path, name: &str, plan: &kvsim_core::plan::Plan) -> Result<PathBuf, CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::Input(format!("cannot create {}: {e}", dir.display())))?;
+    let path = plan_file(dir, name);
+    let text = serde_json::to_string_pretty(plan).expect("plans serialize") + "\n";
+    write_atomic(&path, text.as_bytes())
+        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+fn run_suites(a: &CheckArgs) -> Result<ExitCode, CliError> {
+    let cfg = config(a, 100)?;
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    let mut progress = |done: u64, total: u64| {
+        if tty && (done.is_multiple_of(8) || done == total) {
+            eprint!("\rcheck: {done}/{total} cases");
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    let report = check(&cfg, &mut progress);
+    let mut files = Vec::new();
+    for f in &report.failures {
+        files.push(match &f.plan {
+            Some(p) => Some(write_plan(&a.plans_dir, &format!("{}-case{}", f.scenario, f.case), p)?),
+            None => None,
+        });
+    }
+    if a.json {
+        say(serde_json::to_string_pretty(&report).expect("report serializes"))?;
+    } else {
+        print_suites(&report, &files)?;
+    }
+    if report.passed(true) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(CliError::Failed(format!(
+            "{} scenario(s) failed, {} goal(s) missed",
+            report.failures.len(),
+            report.missed_goals.len()
+        )))
+    }
+}
+
+fn print_suites(r: &CheckReport, files: &[Option<PathBuf>]) -> Result<(), CliError> {
+    say(format_args!(
+        "kvsim check: seed {}, {} cases per scenario, shard {}",
+        r.seed, r.cases_per_scenario, r.shard
+    ))?;
+    say(format_args!(
+        "{:<18} {:>5} {:>4} {:>6} {:>6} {:>9}  {:<10} goals reached",
+        "scenario", "cases", "n/a", "passed", "failed", "ops", "invariants"
+    ))?;
+    for s in &r.scenarios {
+        say(format_args!(
+            "{:<18} {:>5} {:>4} {:>6} {:>6} {:>9}  {:<10} {}",
+            s.scenario,
+            s.cases,
+            s.not_applicable,
+            s.passed,
+            s.failed,
+            s.ops,
+            format!("{}/{}", s.invariants_held, s.invariants_total),
+            s.goals_reached.join(", ")
+        ))?;
+    }
+    say("coverage goals:")?;
+    for (g, what) in GOALS {
+        let n = r.goals.get(*g).copied().unwrap_or(0);
+        say(format_args!(
+            "  {:<22} {:>7}  {what}{}",
+            g,
+            n,
+            if n == 0 { "  MISSED" } else { "" }
+        ))?;
+    }
+    for (f, path) in r.failures.iter().zip(files) {
+        let detail = serde_json::to_value(&f.verdict).expect("verdicts serialize");
+        say(format_args!(
+            "FAILED {} case {}: {} — {}",
+            f.scenario,
+            f.case,
+            f.verdict.label(),
+            detail["detail"].as_str().unwrap_or_default()
+        ))?;
+        if let Some(path) = path {
+            say(format_args!(
+                "  {} ops shrunk to {}; replay: kvsim replay {}",
+                f.original_ops,
+                f.shrunk_ops,
+                path.display()
+            ))?;
+        }
+    }
+    let x = &r.exhaustive;
+    say(format_args!(
+        "exhaustive (tiny pool, every op sequence up to {} ops): {} states, {} sequences, {}",
+        x.depth,
+        x.states,
+        x.sequences,
+        x.violation.as_deref().unwrap_or("no violation")
+    ))?;
+    let failed: u64 = r.scenarios.iter().map(|s| s.failed).sum();
+    say(format_args!(
+        "result: {} ({} cases, {} failed, {} of {} goals reached)",
+        if r.passed(true) { "PASSED" } else { "FAILED" },
+        r.cases_run,
+        failed,
+        GOALS.len() - r.missed_goals.len(),
+        GOALS.len()
+    ))
+}
+
+fn replay_command(row: &MutantRow, path: &Path) -> String {
+    if row.in_engine {
+        format!("kvsim replay {} --mutant {}", path.display(), row.mutant)
+    } else {
+        format!("kvsim replay {}", path.display())
+    }
+}
+
+fn run_mutants(a: &CheckArgs, mutants: &[Mutant]) -> Result<ExitCode, CliError> {
+    let cfg = config(a, 100)?;
+    let mut rows = Vec::new();
+    let mut commands = Vec::new();
+    for (k, &m) in mutants.iter().enumerate() {
+        let row = hunt(&cfg, m);
+        let cmd = match &row.plan {
+            Some(plan) => Some(replay_command(&row, &write_plan(&a.plans_dir, &row.mutant, plan)?)),
+            None => None,
+        };
+        if !a.json && std::io::stderr().is_terminal() {
+            eprintln!(
+                "[{}/{}] {} {}",
+                k + 1,
+                mutants.len(),
+                row.mutant,
+                if row.killed { "killed" } else { "SURVIVED" }
+            );
+        }
+        commands.push(cmd);
+        rows.push(row);
+    }
+    let killed = rows.iter().filter(|r| r.killed && r.replay_reproduces).count();
+    if a.json {
+        let list: Vec<_> = rows
+            .iter()
+            .zip(&commands)
+            .map(|(r, c)| {
+                let mut v = serde_json::to_value(r).expect("rows serialize");
+                v["replay"] = json!(c);
+                v
+            })
+            .collect();
+        let out = json!({
+            "format": "kvsim-check-mutants/1",
+            "seed": cfg.seed,
+            "cases_per_scenario": cfg.cases,
+            "shard": a.shard,
+            "mutants": list,
+            "killed": killed,
+            "survived": rows.len() - killed,
+        });
+        say(serde_json::to_string_pretty(&out).expect("json"))?;
+    } else {
+        say(format_args!(
+            "{:<30} {:>3}  {:<8} {:<17} {:>5} {:>7} {:>11}  replay",
+            "mutant", "bug", "status", "invariant", "cases", "seconds", "shrunk ops"
+        ))?;
+        for (r, c) in rows.iter().zip(&commands) {
+            let status = match (r.killed, r.replay_reproduces) {
+                (true, true) => "killed",
+                (true, false) => "no-repro",
+                _ => "SURVIVED",
+            };
+            say(format_args!(
+                "{:<30} {:>3}  {:<8} {:<17} {:>5} {:>7.2} {:>11}  {}",
+                r.mutant,
+                r.bug.map_or("-".to_string(), |b| b.to_string()),
+                status,
+                r.invariant.as_deref().unwrap_or("-"),
+                r.cases,
+                r.seconds,
+                r.shrunk_ops
+                    .zip(r.original_ops)
+                    .map_or("-".to_string(), |(s, o)| format!("{s} of {o}")),
+                c.as_deref().unwrap_or("-")
+            ))?;
+        }
+        let secs: f64 = rows.iter().map(|r| r.seconds).sum();
+        say(format_args!(
+            "result: {killed} of {} mutants killed in {secs:.1} s",
+            rows.len()
+        ))?;
+    }
+    if killed == rows.len() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(CliError::Failed(format!("{} mutant(s) survived", rows.len() - killed)))
+    }
+}
+
+/// `--case I` names a case of the run: a case of a larger run needs that run's `--cases`.
+pub(crate) fn case_in_run(case: Option<u64>, cases: u64, bases: usize) -> Result<(), CliError> {
+    let total = cases * bases as u64;
+    match case {
+        Some(i) if i >= total => Err(CliError::Input(format!(
+            "--case {i} is not in this run: {cases} cases per base over {bases} base(s) are cases 0..{}; \
+             pass the --cases of the run that reported it",
+            total.saturating_sub(1)
+        ))),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,19 @@
+//! The `kvsim` command line.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kvsim_cli::cli::{run, Cli};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        // A closed pipe (`kvsim ... | head`) is not an error worth reporting.
+        Err(kvsim_cli::cli::CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kvsim: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
