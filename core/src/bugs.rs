@@ -8,6 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::invariants::InvariantId;
 use crate::kv::mutant::ModelMutant;
 
 /// Where a mutant lives.
@@ -53,7 +54,7 @@ pub struct BugInfo {
     pub bug: u32,
     pub site: Site,
     /// The invariant that must catch it.
-    pub invariant: &'static str,
+    pub invariant: InvariantId,
     /// What the mutant restores (the research's cause, in one line).
     pub cause: &'static str,
 }
@@ -66,7 +67,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "shadow-tail-not-reserved",
         bug: 1,
         site: Site::Planner,
-        invariant: "PL-COVERAGE",
+        invariant: InvariantId::PlCoverage,
         cause: "plan feasibility charges only resident chain blocks, not the shadows' private tails, and registration is attempted without the pool pre-check",
     },
     BugInfo {
@@ -74,7 +75,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "registration-not-atomic",
         bug: 1,
         site: Site::Planner,
-        invariant: "PL-SHADOW-ATOMIC",
+        invariant: InvariantId::PlShadowAtomic,
         cause: "shadow registration mutates refs and tables group by group; a pool shortfall leaves the groups registered so far behind",
     },
     BugInfo {
@@ -82,7 +83,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "shed-without-finish",
         bug: 2,
         site: Site::Planner,
-        invariant: "PL-NO-READMIT",
+        invariant: InvariantId::PlNoReadmit,
         cause: "chains are shed by hand-editing scheduler structures; a chain still waiting when a soft timeout lands mid-build is admitted again",
     },
     BugInfo {
@@ -90,7 +91,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "registration-in-timed-window",
         bug: 4,
         site: Site::Planner,
-        invariant: "PL-TIMED-HOST",
+        invariant: InvariantId::PlTimedHost,
         cause: "allocate_slots(delay_cache_blocks=True) leaves the synthetic blocks' prefix-cache commit to the admission step, inside the timed window",
     },
     BugInfo {
@@ -98,7 +99,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "stage-build-ignores-deadline",
         bug: 5,
         site: Site::Planner,
-        invariant: "PL-DEADLINE",
+        invariant: InvariantId::PlDeadline,
         cause: "the stage monitor never acts on the soft deadline: a stage keeps building and registers shadows after it passed",
     },
     BugInfo {
@@ -106,7 +107,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "margin-single-steady-step",
         bug: 6,
         site: Site::Planner,
-        invariant: "PL-COVERAGE",
+        invariant: InvariantId::PlCoverage,
         cause: "the chain margin is 1 + 1 instead of 1 + repeats, so at a block boundary the shadow needs one block more than the chain holds",
     },
     BugInfo {
@@ -114,7 +115,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "ready-before-placeholders",
         bug: 7,
         site: Site::Planner,
-        invariant: "PL-SHADOW-PARKED",
+        invariant: InvariantId::PlShadowParked,
         cause: "a chain counts as parked once its tokens are scheduled, before its last chunk's output placeholder has landed",
     },
     BugInfo {
@@ -122,7 +123,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "recurrent-state-borrowed",
         bug: 8,
         site: Site::Planner,
-        invariant: "PL-WINDOW",
+        invariant: InvariantId::PlWindow,
         cause: "the gate admits hybrid state layouts to chains and the shadow's state slot does not hold the chain's state at its depth",
     },
     BugInfo {
@@ -130,7 +131,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "zero-alloc-borrow",
         bug: 9,
         site: Site::Planner,
-        invariant: "PL-WINDOW",
+        invariant: InvariantId::PlWindow,
         cause: "the shadow borrows the chain's whole block table with no private tail, so its decode writes land in chain blocks later borrows read",
     },
     BugInfo {
@@ -138,7 +139,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "cow-source-not-touched",
         bug: 10,
         site: Site::Engine,
-        invariant: "KV-REF",
+        invariant: InvariantId::KvRef,
         cause: "the copy-on-write retention takes no reference on the source, so its release consumes the chain's own reference",
     },
     BugInfo {
@@ -146,7 +147,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "cow-release-in-window",
         bug: 11,
         site: Site::Planner,
-        invariant: "PL-TIMED-HOST",
+        invariant: InvariantId::PlTimedHost,
         cause: "copy-on-write retentions are released through the fence in the admission step, inside the timed window",
     },
     BugInfo {
@@ -154,7 +155,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "cow-queue-not-drained",
         bug: 12,
         site: Site::Planner,
-        invariant: "PL-CLEAN-END",
+        invariant: InvariantId::PlCleanEnd,
         cause: "queued copy-on-write retentions are not drained when a later shadow of the point fails, so blocks stay referenced",
     },
     BugInfo {
@@ -162,7 +163,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "fence-bypass",
         bug: 13,
         site: Site::Engine,
-        invariant: "PL-INFLIGHT-FREE",
+        invariant: InvariantId::PlInflightFree,
         cause: "benchmark-built outputs skip the sched_step_seq increment, so a request retired while its step is in flight is freed at once",
     },
     BugInfo {
@@ -170,7 +171,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "no-idle-before-draw",
         bug: 14,
         site: Site::Planner,
-        invariant: "PL-FENCE",
+        invariant: InvariantId::PlFence,
         cause: "no idle step drains fenced frees after retiring or shedding, so the next allocation draws from a pool still owed fenced blocks",
     },
     BugInfo {
@@ -178,7 +179,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "local-stage-verdict",
         bug: 15,
         site: Site::Planner,
-        invariant: "PL-DP-LOCKSTEP",
+        invariant: InvariantId::PlDpLockstep,
         cause: "a local shadow-registration failure sends only that rank to fallback while its peers inject the point",
     },
     BugInfo {
@@ -186,7 +187,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "per-rank-capacity",
         bug: 17,
         site: Site::Planner,
-        invariant: "PL-CAPACITY",
+        invariant: InvariantId::PlCapacity,
         cause: "plans use rank 0's local pool instead of the negotiated minimum, so a rank with a smaller pool cannot admit a planned point",
     },
     BugInfo {
@@ -194,7 +195,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "shared-salts",
         bug: 20,
         site: Site::Planner,
-        invariant: "PL-NO-POACH",
+        invariant: InvariantId::PlNoPoach,
         cause: "synthetic prompts are salted per slot only, so a later point's request hits an earlier point's cached blocks",
     },
     BugInfo {
@@ -202,7 +203,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "admission-shaped-decode",
         bug: 21,
         site: Site::Planner,
-        invariant: "PL-STEADY",
+        invariant: InvariantId::PlSteady,
         cause: "a decode point is measured on its admission step only, with no steady step",
     },
     BugInfo {
@@ -210,7 +211,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "nonblocking-stage-exchange",
         bug: 22,
         site: Site::Engine,
-        invariant: "PL-DP-LOCKSTEP",
+        invariant: InvariantId::PlDpLockstep,
         cause: "the stage exchange does not block: each rank acts on its own decision when it is made, not once every rank's message arrived",
     },
     BugInfo {
@@ -218,7 +219,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "align-state-one-block",
         bug: 23,
         site: Site::Planner,
-        invariant: "PL-CAPACITY",
+        invariant: InvariantId::PlCapacity,
         cause: "align-mode state groups are counted as one block per request instead of 2 (+ speculative + checkpoint)",
     },
     BugInfo {
@@ -226,7 +227,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "kda-regime-mislabel",
         bug: 24,
         site: Site::Planner,
-        invariant: "AR-REGIME",
+        invariant: InvariantId::ArRegime,
         cause: "every random-KDA decode row is labelled fake_attention_kv_random_kda, real-KV rows included (V-A)",
     },
     BugInfo {
@@ -234,7 +235,7 @@ pub const BUGS: &[BugInfo] = &[
         name: "rung-slot-budget",
         bug: 25,
         site: Site::Planner,
-        invariant: "PL-SLOTS",
+        invariant: InvariantId::PlSlots,
         cause: "rungs with 2·B above max_num_running_reqs are kept: B parked chains plus B shadows exceed the scheduler's request slots",
     },
 ];
@@ -271,7 +272,7 @@ impl Mutant {
         }
     }
     /// The invariant that must catch it.
-    pub fn invariant(self) -> &'static str {
+    pub fn invariant(self) -> InvariantId {
         match self {
             Mutant::Bug(b) => b.info().invariant,
             Mutant::Model(m) => m.breaks(),
@@ -281,7 +282,8 @@ impl Mutant {
     /// (leak-on-free) is a ref-0 block outside the free queue as well as a hole in
     /// the count: KV-FREEQ, checked first, reports it too.
     pub fn caught_by(self, id: &str) -> bool {
-        id == self.invariant() || (self == Mutant::Model(ModelMutant::LeakOnFree) && id == "KV-FREEQ")
+        id == self.invariant().as_str()
+            || (self == Mutant::Model(ModelMutant::LeakOnFree) && id == InvariantId::KvFreeq.as_str())
     }
 
     /// Whether replaying a plan needs `--mutant` (the bug is in the executor's engine).

@@ -2,6 +2,7 @@
 
 pub mod bugs;
 pub mod device;
+pub mod driver;
 pub mod engine;
 pub mod fpm;
 pub mod invariants;

@@ -3,6 +3,7 @@
 //! the events where pool bugs live; each deliberate model mutant is found by the
 //! invariant it breaks, with a shortest sequence that replays to the same violation.
 
+use kvsim_core::invariants::InvariantId;
 use kvsim_core::kv::ModelMutant;
 use kvsim_core::kvtrace::{replay_value, ReplayEnd};
 use kvsim_sim::exhaustive::{explore, replay_checked, Bounds, Event, Layout};
@@ -91,7 +92,7 @@ fn every_model_mutant_is_found_by_the_invariant_it_breaks_with_a_shortest_sequen
     for (mutant, shortest) in SHORTEST {
         let report = explore(&Bounds::default(), Some(mutant)).unwrap();
         let found = report.first_violation.unwrap_or_else(|| panic!("{mutant} not found"));
-        let ids: Vec<&str> = found.violations.iter().map(|v| v.id).collect();
+        let ids: Vec<InvariantId> = found.violations.iter().map(|v| v.id).collect();
         assert!(ids.contains(&mutant.breaks()), "{mutant}: {ids:?}");
         assert_eq!(found.ops.len(), shortest, "{mutant}: {:?}", found.ops);
         assert_eq!(

@@ -3,13 +3,14 @@
 //! deliberate model mutation is caught by the invariant it breaks.
 
 use kvsim_core::invariants::model::check_model;
+use kvsim_core::invariants::InvariantId;
 use kvsim_core::kv::ModelMutant;
 use kvsim_core::kvtrace::{gen, split_trace, Session};
 use proptest::prelude::*;
 
 /// Replay `trace` on a (possibly mutated) model, checking after every op.
 /// Returns the invariant IDs violated at the first op that violates any.
-fn first_violation(trace: &serde_json::Value, mutant: Option<ModelMutant>) -> Option<(usize, Vec<&'static str>)> {
+fn first_violation(trace: &serde_json::Value, mutant: Option<ModelMutant>) -> Option<(usize, Vec<InvariantId>)> {
     let (config, ops) = split_trace(trace).expect("generated traces are kvtraces");
     let mut s = Session::with_mutant(config, mutant).expect("generated configs are valid");
     for (i, op) in ops.iter().enumerate() {

@@ -1,8 +1,13 @@
-//! `finish_requests` as vLLM's scheduler implements it (vllm_kv.md §6.7): ids that
-//! are unknown or already finished are silently ignored; live ones are retired
-//! (through the deferred-free fence when `fenced`).
+//! A request's end and the sweep's: `finish_requests` as vLLM's scheduler implements it
+//! (vllm_kv.md §6.7: ids that are unknown or already finished are silently ignored; live ones
+//! are retired, through the deferred-free fence when `fenced`), outputs landing and fenced
+//! frees released, and what the sweep must leave behind.
 
-use super::Engine;
+use super::apply::OpOutcome;
+use super::{Deferred, Engine, Mismatch};
+use crate::bugs::BugMutant;
+use crate::invariants::planner::PlannerEvent;
+use crate::kv::RequestStatus;
 use crate::plan::PlanOp;
 
 impl Engine {
@@ -22,6 +27,134 @@ impl Engine {
             }
         }
         done
+    }
+
+    pub(super) fn process_outputs(&mut self, lag: u64) -> OpOutcome {
+        let now = self.step_seq;
+        let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs)
+            .into_iter()
+            .partition(|p| p.land_seq <= now && p.step_seq + lag <= now);
+        self.pending_outputs = waiting;
+        for p in landing {
+            if let Some(r) = self.requests.get_mut(&p.req) {
+                r.req.num_output_placeholders -= p.tokens.len() as u64;
+                r.req.num_in_flight_tokens -= p.scheduled;
+                r.req.append_output(&p.tokens);
+            }
+        }
+        // Processed up to the step before the oldest output still in flight.
+        self.processed_seq = self.pending_outputs.iter().map(|p| p.step_seq - 1).min().unwrap_or(now);
+        let processed = self.processed_seq;
+        let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.step_seq <= processed);
+        self.deferred = keep;
+        for d in &release {
+            self.kv.free_detached(&d.blocks);
+        }
+        OpOutcome::ok(format!("processed to {processed}, released {}", release.len()))
+    }
+
+    pub(super) fn finish(&mut self, id: &str, fenced: bool) -> Result<OpOutcome, Mismatch> {
+        let rid = self.req(id)?.req.id;
+        let in_flight = (self.in_forward.contains(id) && self.processed_seq < self.step_seq)
+            || self.pending_outputs.iter().any(|p| p.req == id);
+        // §8.2 bug 13: outputs built by the benchmark skipped `sched_step_seq += 1`, so
+        // the request compares as processed and is freed at once.
+        let fenced = fenced && !self.bug(BugMutant::FenceBypass);
+        let mut out = OpOutcome::ok(if fenced { "finished (fenced)" } else { "finished" });
+        out.check(PlannerEvent::Freed {
+            req: id,
+            in_flight,
+            fenced,
+        });
+        if fenced {
+            let blocks = self.kv.pop_blocks_for_free(rid);
+            self.deferred.push(Deferred {
+                step_seq: self.step_seq,
+                req: id.to_string(),
+                blocks,
+            });
+        } else {
+            self.kv.free(rid);
+        }
+        self.requests.remove(id);
+        Ok(out)
+    }
+
+    pub(super) fn shed(&mut self, req: &str, fenced: bool) -> Result<OpOutcome, Mismatch> {
+        self.event("shed");
+        let building = self
+            .requests
+            .get(req)
+            .is_some_and(|r| r.req.num_computed_tokens < r.req.num_prompt_tokens);
+        if self.deadline_passed && building {
+            // A soft timeout landed while the request was still being prefilled.
+            self.event("shed-mid-build");
+        }
+        let out = self.finish(req, fenced)?;
+        self.shed.insert(req.to_string());
+        Ok(out)
+    }
+
+    pub(super) fn preempt(&mut self, req: &str) -> Result<OpOutcome, Mismatch> {
+        let rid = self.req(req)?.req.id;
+        self.kv.free(rid);
+        let r = self.requests.get_mut(req).expect("checked");
+        r.req.num_computed_tokens = 0;
+        r.req.status = RequestStatus::Preempted;
+        Ok(OpOutcome::ok("preempted"))
+    }
+
+    pub(super) fn reset_prefix_cache(&mut self, expect: Option<bool>) -> Result<OpOutcome, Mismatch> {
+        let mut out = OpOutcome::default();
+        out.check(PlannerEvent::PrefixReset {
+            fenced: self.deferred.len(),
+        });
+        // DECISION: blocks a `shrink_pool` fault took away model a smaller
+        // pool, which vLLM's reset would not see: they are handed back for
+        // the reset and the same number taken away again after it.
+        let phantom = std::mem::take(&mut self.phantom);
+        let n = phantom.len();
+        self.kv.pool.free_blocks(phantom);
+        let done = self.kv.reset_prefix_cache();
+        if let Ok(b) = self.kv.pool.get_new_blocks(n) {
+            self.phantom = b;
+        }
+        if expect.is_some_and(|e| e != done) {
+            return Err(Mismatch(format!(
+                "reset_prefix_cache returned {done}, the plan saw {expect:?}"
+            )));
+        }
+        out.result = format!("reset {done}");
+        Ok(out)
+    }
+
+    pub(super) fn end_sweep(&mut self) -> OpOutcome {
+        let mut out = OpOutcome::ok("end of sweep");
+        // Every point timed on its admission step must be timed on a steady step after it.
+        // A point whose injection fell short is skipped untimed (`decode_injection_failed`).
+        let admission_only = self
+            .points
+            .iter()
+            .find(|(_, (_, admitted, steady))| *admitted && *steady == 0)
+            .map(|(point, _)| *point);
+        out.check(PlannerEvent::SweepEnded { admission_only });
+        self.clean_end_check("after the sweep", &mut out);
+        out
+    }
+
+    /// PL-CLEAN-END: nothing the sweep used stays referenced or cached
+    /// (blocks a `shrink_pool` fault took away are not the sweep's).
+    pub(super) fn clean_end_check(&self, when: &str, out: &mut OpOutcome) {
+        let held: Vec<u32> = (1..self.kv.pool.num_blocks())
+            .filter(|&b| self.kv.pool.ref_cnt(b) > 0 && !self.phantom.contains(&b))
+            .collect();
+        out.check(PlannerEvent::Leftovers {
+            when,
+            held: &held,
+            cached_keys: self.kv.pool.num_cached_keys(),
+        });
     }
 }
 

@@ -3,22 +3,26 @@
 //! deferred-free fence, async output placeholders, shadows, shed requests,
 //! copy-on-write retentions, timed windows, and what every block holds.
 //!
-//! `apply` runs one plan op. It returns an `OpOutcome` carrying planner-invariant
-//! violations spotted while applying it; model invariants are checked by the
-//! executor after every op (`crate::invariants`).
+//! `apply` runs one plan op. The engine states the facts a planner check judges
+//! (`crate::invariants::planner::PlannerEvent`) and returns an `OpOutcome` with the
+//! violations those checks found; model invariants are checked by the executor
+//! after every op (`crate::invariants::model`).
 
 mod apply;
 pub mod content;
 mod faults;
+mod forward;
 mod lifecycle;
+mod points;
 mod recorded;
+mod schedule;
+mod shadow;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use content::PrefixHashes;
 
 use crate::bugs::{BugMutant, Mutant};
-use crate::invariants::Violation;
 use crate::kv::{KvCacheManager, ReqId, Request};
 use crate::plan::Scenario;
 
@@ -224,10 +228,6 @@ impl Engine {
             hit_tokens: 0,
             point_request: self.inject_seq == Some(self.step_seq),
         }
-    }
-
-    fn violation(id: &'static str, detail: String) -> Violation {
-        Violation { id, detail }
     }
 }
 

@@ -2,7 +2,7 @@
 //! after a step, which the engine must match exactly, and the planner's failure.
 
 use super::{Engine, Mismatch, OpOutcome};
-use crate::invariants::Violation;
+use crate::invariants::planner::PlannerEvent;
 use crate::plan::{FailureKind, Observation};
 
 impl Engine {
@@ -62,12 +62,9 @@ impl Engine {
             )));
         }
         let mut out = OpOutcome::ok(format!("observed {} tables", obs.tables.len()));
-        if let Some(m) = &obs.runner_mismatch {
-            out.violations.push(Violation {
-                id: "DY-RUNNER-TABLE",
-                detail: format!("the model runner was handed other block ids than the manager holds: {m}"),
-            });
-        }
+        out.check(PlannerEvent::RunnerTables {
+            mismatch: obs.runner_mismatch.as_deref(),
+        });
         Ok(out)
     }
 
@@ -82,15 +79,17 @@ impl Engine {
             self.kv.pool.num_cached_keys(),
             self.requests.len()
         );
-        let (id, what) = match kind {
-            FailureKind::Raised => ("DY-RAISED", "the planner raised"),
-            FailureKind::Stalled => ("DY-STALLED", "the sweep never ended"),
+        let what = match kind {
+            FailureKind::Raised => "the planner raised",
+            FailureKind::Stalled => "the sweep never ended",
             FailureKind::Fault => return self.aborted_on_fault(error),
         };
         let mut out = OpOutcome::ok(what);
-        out.violations.push(Violation {
-            id,
-            detail: format!("{what}: {error}; {left}"),
+        out.check(PlannerEvent::PlannerFailed {
+            kind,
+            what,
+            error,
+            left: &left,
         });
         Ok(out)
     }

@@ -2,9 +2,11 @@
 //! checked. `spec/invariants.md` is generated from this table and a test keeps
 //! the two identical.
 
+use super::InvariantId;
+
 /// One catalog entry.
 pub struct Invariant {
-    pub id: &'static str,
+    pub id: InvariantId,
     pub statement: &'static str,
     pub source: &'static str,
     /// The one function that checks it.
@@ -13,148 +15,148 @@ pub struct Invariant {
 
 pub const CATALOG: &[Invariant] = &[
     Invariant {
-        id: "KV-REF",
+        id: InvariantId::KvRef,
         statement: "A block's ref count equals the number of its holders: block-table entries over all requests and groups, plus references held outside tables (fenced frees, copy-on-write retentions). No table holds a block twice.",
         source: "vllm_kv.md §7 items 2, 5",
         checked_in: "core/src/invariants/model.rs: check_ref_counts",
     },
     Invariant {
-        id: "KV-FREEQ",
+        id: InvariantId::KvFreeq,
         statement: "A non-null block is in the free queue if and only if its ref count is 0.",
         source: "vllm_kv.md §7 item 2",
         checked_in: "core/src/invariants/model.rs: check_free_queue",
     },
     Invariant {
-        id: "KV-CACHE",
+        id: InvariantId::KvCache,
         statement: "Every prefix-cache entry points at a block holding that (hash, group) key, and every key a block holds is registered in the map.",
         source: "vllm_kv.md §7 item 6",
         checked_in: "core/src/invariants/model.rs: check_prefix_cache",
     },
     Invariant {
-        id: "KV-CONSERVE",
+        id: InvariantId::KvConserve,
         statement: "Blocks are conserved: free blocks plus referenced blocks equal the usable blocks (all but the null block).",
         source: "vllm_kv.md §7 item 4",
         checked_in: "core/src/invariants/model.rs: check_conservation",
     },
     Invariant {
-        id: "KV-NULL",
+        id: InvariantId::KvNull,
         statement: "The null block 0 is never handed out: never in the free queue, never referenced, never hashed.",
         source: "vllm_kv.md §7 item 1",
         checked_in: "core/src/invariants/model.rs: check_null_block",
     },
     Invariant {
-        id: "PL-WINDOW",
+        id: InvariantId::PlWindow,
         statement: "No eviction before the window: every attention read (full, MLA, sliding-window, chunked-local) and every recurrent-state read finds the block holding exactly the content the reader expects; a block freed, evicted, overwritten or taken from the wrong depth fails.",
         source: "dynamo_fpm.md §4, §8.2 (sliding-window history evicted before read; recurrent state from the wrong depth)",
-        checked_in: "core/src/engine/apply.rs: Engine::forward",
+        checked_in: "core/src/invariants/planner/content.rs: check (StateRead, AttentionRead, TailForked)",
     },
     Invariant {
-        id: "PL-SHADOW-ATOMIC",
+        id: InvariantId::PlShadowAtomic,
         statement: "Shadow registration is all-or-nothing across cache groups: a registered shadow has blocks in every group; a failed registration leaves the pool exactly as before.",
         source: "dynamo_fpm.md §3.6; §8.2 (pool exhausted mid-registration)",
-        checked_in: "core/src/engine/apply.rs: Engine::register_shadow",
+        checked_in: "core/src/invariants/planner/shadow.rs: check (ShadowRegistered), failed_registration",
     },
     Invariant {
-        id: "PL-FENCE",
+        id: InvariantId::PlFence,
         statement: "The deferred-free fence is drained before any pool draw (allocation or shadow tail) and before a prefix-cache reset.",
         source: "dynamo_fpm.md §3.7, §11; §8.2 (frees racing a prefix reset)",
-        checked_in: "core/src/engine/apply.rs: Engine::fence_check / ResetPrefixCache",
+        checked_in: "core/src/invariants/planner/fence.rs: check (PoolDraw, PrefixReset)",
     },
     Invariant {
-        id: "PL-NO-READMIT",
+        id: InvariantId::PlNoReadmit,
         statement: "A shed request is never admitted again.",
         source: "dynamo_fpm.md §1.12, §3.3; §8.2 (shed chain re-admitted after a soft timeout)",
-        checked_in: "core/src/engine/apply.rs: Engine::add_request",
+        checked_in: "core/src/invariants/planner/admission.rs: check (Admitted)",
     },
     Invariant {
-        id: "PL-SHADOW-PARKED",
+        id: InvariantId::PlShadowParked,
         statement: "No shadow reads KV of a chain that is not parked and drained: the chain is not in the same forward, has no output placeholder in flight, and has computed at least the shadow's context.",
         source: "dynamo_fpm.md §3.4–3.5",
-        checked_in: "core/src/engine/apply.rs: Engine::forward (shadow check)",
+        checked_in: "core/src/invariants/planner/shadow.rs: check (ShadowRead)",
     },
     Invariant {
-        id: "PL-COVERAGE",
+        id: InvariantId::PlCoverage,
         statement: "Plan coverage implies registration succeeds: a point planned as covered (its tail blocks reserved) never fails shadow registration.",
         source: "dynamo_fpm.md §2.3, §3.1",
-        checked_in: "core/src/engine/apply.rs: Engine::register_shadow (covered)",
+        checked_in: "core/src/invariants/planner/shadow.rs: failed_registration",
     },
     Invariant {
-        id: "PL-CLEAN-END",
+        id: InvariantId::PlCleanEnd,
         statement: "After a sweep every block is at ref 0 and the prefix cache is empty.",
         source: "dynamo_fpm.md §11; §1.8 (DONE clears the prefix cache)",
-        checked_in: "core/src/engine/apply.rs: Engine::end_sweep",
+        checked_in: "core/src/invariants/planner/lifecycle.rs: check (Leftovers)",
     },
     Invariant {
-        id: "PL-DP-LOCKSTEP",
+        id: InvariantId::PlDpLockstep,
         statement: "All attention-DP ranks inject the same benchmark point in the same step.",
         source: "dynamo_fpm.md §7, §11",
         checked_in: "core/src/invariants/ranks.rs: check_lockstep",
     },
     Invariant {
-        id: "PL-DEADLINE",
+        id: InvariantId::PlDeadline,
         statement: "No stage starts or continues after the soft deadline: once it passed on a rank, that rank injects no new benchmark point (except its first: the boundary check runs only once a point has a result or a skip, which eager warm-up replicas never get), registers no shadow, and schedules no stage prefill (a prompt chunk of a request that is neither a shadow, nor on synthetic KV, nor admitted by a point's injection: a chain or a native exact-context prefill).",
         source: "dynamo_fpm.md §1.12, §3.3 step 4; §8.2 bug 5",
-        checked_in: "core/src/engine/apply.rs: Engine::apply (InjectPoint, RegisterShadow, Schedule)",
+        checked_in: "core/src/invariants/planner/timing.rs: check (PointInjected, ShadowRegistering, StageScheduled)",
     },
     Invariant {
-        id: "PL-TIMED-HOST",
+        id: InvariantId::PlTimedHost,
         statement: "No host-side bookkeeping (block registration, shadow registration, zeroing, copies) inside a timed window.",
         source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",
-        checked_in: "core/src/engine/apply.rs: Engine::apply (timed-window guard)",
+        checked_in: "core/src/invariants/planner/timing.rs: check (HostOp)",
     },
     Invariant {
-        id: "PL-INFLIGHT-FREE",
+        id: InvariantId::PlInflightFree,
         statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are.",
         source: "dynamo_fpm.md §3.7 (defer_block_free, sched_step_seq); §8.2 bug 13 (fence bypass)",
-        checked_in: "core/src/engine/apply.rs: Engine::finish",
+        checked_in: "core/src/invariants/planner/fence.rs: check (Freed)",
     },
     Invariant {
-        id: "PL-CAPACITY",
+        id: InvariantId::PlCapacity,
         statement: "A planned allocation is never refused: every request the plan schedules fits the pool its capacity arithmetic counted on.",
         source: "dynamo_fpm.md §1.3, §2.2, §7.2; §8.2 bugs 17, 23",
-        checked_in: "core/src/engine/apply.rs: Engine::schedule (refusal)",
+        checked_in: "core/src/invariants/planner/admission.rs: check (AllocationRefused)",
     },
     Invariant {
-        id: "PL-NO-POACH",
+        id: InvariantId::PlNoPoach,
         statement: "A request the plan admits without expecting a prefix hit (a benchmark request computing its own KV) hits no cached block.",
         source: "dynamo_fpm.md §3.9 (unique salts); §8.2 bug 20 (prefix-cache poaching)",
-        checked_in: "core/src/engine/apply.rs: Engine::schedule (poaching)",
+        checked_in: "core/src/invariants/planner/admission.rs: check (PrefixHit)",
     },
     Invariant {
-        id: "PL-SLOTS",
+        id: InvariantId::PlSlots,
         statement: "Running requests (parked chains and shadows included) never exceed max_num_seqs.",
         source: "dynamo_fpm.md §3.1 step 4; §8.2 bug 25 (stage slot budget)",
-        checked_in: "core/src/engine/apply.rs: Engine::slots_check",
+        checked_in: "core/src/invariants/planner/admission.rs: check (Running)",
     },
     Invariant {
-        id: "PL-STEADY",
+        id: InvariantId::PlSteady,
         statement: "Every decode point timed on its admission step is timed on at least one steady step after it (a point whose injection fell short is skipped untimed: `decode_injection_failed`, dynamo_fpm.md §1.10).",
         source: "dynamo_fpm.md §1.10 (two-step steady decode, PR #12358); §8.2 bug 21",
-        checked_in: "core/src/engine/apply.rs: Engine::end_sweep (steady)",
+        checked_in: "core/src/invariants/planner/timing.rs: check (SweepEnded)",
     },
     Invariant {
-        id: "AR-REGIME",
+        id: InvariantId::ArRegime,
         statement: "A row's kv_seed_regime agrees with its stamp: a kvwarm_real_kv row is labelled real_*, a kvwarm_fake_fallback row fake_*.",
         source: "dynamo_fpm.md §5.2; §8.2 bug 24",
         checked_in: "core/src/invariants/record.rs: check_regime_labels",
     },
     Invariant {
-        id: "DY-RAISED",
+        id: InvariantId::DyRaised,
         statement: "The recorded planner never raises: a Python exception or assertion escaping the real planner is a finding, reported with what it left behind (referenced blocks, prefix-cache keys, live requests).",
         source: "dynamo_planner_on_cpu.md (\"A failure seen on the first try\"); spec/dynamo.md §5",
-        checked_in: "core/src/engine/recorded.rs: Engine::planner_failed",
+        checked_in: "core/src/invariants/planner/recorded.rs: check (PlannerFailed)",
     },
     Invariant {
-        id: "DY-STALLED",
+        id: InvariantId::DyStalled,
         statement: "The recorded sweep ends within its step budget: a sweep still running after `--max-steps` steps (leaked blocks starving a stage while the virtual clock never reaches the soft timeout) is a finding.",
         source: "spec/dynamo.md §5 (liveness)",
-        checked_in: "core/src/engine/recorded.rs: Engine::planner_failed",
+        checked_in: "core/src/invariants/planner/recorded.rs: check (PlannerFailed)",
     },
     Invariant {
-        id: "DY-RUNNER-TABLE",
+        id: InvariantId::DyRunnerTable,
         statement: "The block ids a recorded step hands the model runner (SchedulerOutput's new and cached request data) are the manager's tables: every non-null entry equal, every table the same length.",
         source: "spec/dynamo.md §4 (what a GPU would read)",
-        checked_in: "core/src/engine/recorded.rs: Engine::observe",
+        checked_in: "core/src/invariants/planner/recorded.rs: check (RunnerTables)",
     },
 ];
 
@@ -175,4 +177,17 @@ pub fn render_markdown() -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row per ID, in the enum's order: an ID without a statement (or a row without an
+    /// ID) cannot exist.
+    #[test]
+    fn one_row_per_id_in_order() {
+        let rows: Vec<InvariantId> = CATALOG.iter().map(|i| i.id).collect();
+        assert_eq!(rows, InvariantId::ALL.to_vec());
+    }
 }

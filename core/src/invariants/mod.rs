@@ -2,21 +2,12 @@
 //! `spec/invariants.md` and is checked in exactly one function.
 
 pub mod catalog;
+pub mod id;
 pub mod model;
+pub mod planner;
 pub mod ranks;
 pub mod record;
+mod violation;
 
-use std::fmt;
-
-/// A broken invariant: its catalog ID and the part of the state that breaks it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    pub id: &'static str,
-    pub detail: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.id, self.detail)
-    }
-}
+pub use id::InvariantId;
+pub use violation::Violation;

@@ -1,6 +1,6 @@
 //! Invariants of the KV-cache model itself (vllm_kv.md §7, items 1–6).
 
-use super::Violation;
+use super::{InvariantId, Violation};
 use crate::kv::{KvCacheManager, NULL_BLOCK};
 
 /// The model-invariant IDs, in catalog order.
@@ -30,7 +30,7 @@ fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violati
             for &b in m.table(req).iter().filter(|&&b| b != NULL_BLOCK) {
                 if last_seen[b as usize] == Some((m.group_id, req)) {
                     out.push(Violation {
-                        id: "KV-REF",
+                        id: InvariantId::KvRef,
                         detail: format!("block {b} appears twice in request {req}'s group {} table", m.group_id),
                     });
                 }
@@ -46,7 +46,7 @@ fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violati
         let (r, h) = (kv.pool.ref_cnt(b), holders[b as usize]);
         if r != h {
             out.push(Violation {
-                id: "KV-REF",
+                id: InvariantId::KvRef,
                 detail: format!("block {b} has ref_cnt {r} but {h} holders"),
             });
             return;
@@ -60,7 +60,7 @@ fn check_free_queue(kv: &KvCacheManager, out: &mut Vec<Violation>) {
         let (q, r) = (kv.pool.in_free_queue(b), kv.pool.ref_cnt(b));
         if q != (r == 0) {
             out.push(Violation {
-                id: "KV-FREEQ",
+                id: InvariantId::KvFreeq,
                 detail: format!("block {b}: in free queue = {q}, ref_cnt = {r}"),
             });
             return;
@@ -87,7 +87,7 @@ fn check_prefix_cache(kv: &KvCacheManager, out: &mut Vec<Violation>) {
     for (key, ids) in p.cache_entries() {
         if let Some(id) = ids.iter().find(|&&id| !p.holds_key(id, &key)) {
             out.push(Violation {
-                id: "KV-CACHE",
+                id: InvariantId::KvCache,
                 detail: format!(
                     "cache entry (hash {:032x}, group {}) points at block {id}, which does not hold it",
                     key.hash, key.group
@@ -99,7 +99,7 @@ fn check_prefix_cache(kv: &KvCacheManager, out: &mut Vec<Violation>) {
     for b in 1..p.num_blocks() {
         if let Some(key) = p.keys_of(b).into_iter().find(|k| !p.blocks_for_key(k).contains(&b)) {
             out.push(Violation {
-                id: "KV-CACHE",
+                id: InvariantId::KvCache,
                 detail: format!("block {b} holds key (group {}) missing from the cache map", key.group),
             });
             return;
@@ -114,7 +114,7 @@ fn check_conservation(kv: &KvCacheManager, out: &mut Vec<Violation>) {
     let usable = kv.pool.num_blocks() as usize - 1;
     if free + referenced != usable {
         out.push(Violation {
-            id: "KV-CONSERVE",
+            id: InvariantId::KvConserve,
             detail: format!("{free} free + {referenced} referenced != {usable} usable blocks"),
         });
     }
@@ -125,7 +125,7 @@ fn check_null_block(kv: &KvCacheManager, out: &mut Vec<Violation>) {
     let p = &kv.pool;
     if p.in_free_queue(NULL_BLOCK) || p.ref_cnt(NULL_BLOCK) != 0 || p.block_hash(NULL_BLOCK).is_some() {
         out.push(Violation {
-            id: "KV-NULL",
+            id: InvariantId::KvNull,
             detail: format!(
                 "null block: in free queue = {}, ref_cnt = {}, hashed = {}",
                 p.in_free_queue(NULL_BLOCK),

@@ -1,6 +1,6 @@
 //! Invariants across attention-DP ranks.
 
-use super::Violation;
+use super::{InvariantId, Violation};
 
 /// PL-DP-LOCKSTEP: if any rank injects a point in a step, every rank injects
 /// that same point in that step. `injected[r]` is rank r's injection.
@@ -10,7 +10,7 @@ pub fn check_lockstep(step: u64, injected: &[Option<u64>]) -> Option<Violation> 
         return None;
     }
     Some(Violation {
-        id: "PL-DP-LOCKSTEP",
+        id: InvariantId::PlDpLockstep,
         detail: format!("step {step}: ranks inject {injected:?}"),
     })
 }

@@ -1,7 +1,7 @@
 //! Invariants of the benchmark record a planner attaches to its plan (the
 //! artifact's source): checked once the plan's ops ran clean.
 
-use super::Violation;
+use super::{InvariantId, Violation};
 use crate::fpm::grid::SampleReason;
 use crate::fpm::sweep::ExecutionRecord;
 
@@ -18,7 +18,7 @@ pub fn check_regime_labels(executions: &[ExecutionRecord]) -> Option<Violation> 
             return None;
         };
         (!e.kv_seed_regime.starts_with(want)).then(|| Violation {
-            id: "AR-REGIME",
+            id: InvariantId::ArRegime,
             detail: format!(
                 "point {} (rank {}) is labelled {} but stamped {want}*",
                 e.point.benchmark_id, e.rank, e.kv_seed_regime

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::invariants::id::InvariantId;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ModelMutant {
     /// `touch` adopts a hit without taking a reference → KV-REF.
@@ -38,13 +40,13 @@ impl ModelMutant {
     }
 
     /// The invariant this mutant must trip.
-    pub fn breaks(self) -> &'static str {
+    pub fn breaks(self) -> InvariantId {
         match self {
-            ModelMutant::TouchForgetsRef => "KV-REF",
-            ModelMutant::TouchKeepsFreeQueue => "KV-FREEQ",
-            ModelMutant::StaleCacheEntry => "KV-CACHE",
-            ModelMutant::LeakOnFree => "KV-CONSERVE",
-            ModelMutant::HandOutNullBlock => "KV-NULL",
+            ModelMutant::TouchForgetsRef => InvariantId::KvRef,
+            ModelMutant::TouchKeepsFreeQueue => InvariantId::KvFreeq,
+            ModelMutant::StaleCacheEntry => InvariantId::KvCache,
+            ModelMutant::LeakOnFree => InvariantId::KvConserve,
+            ModelMutant::HandOutNullBlock => InvariantId::KvNull,
         }
     }
 }

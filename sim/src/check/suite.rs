@@ -185,7 +185,7 @@ pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckRepo
         .filter_map(|s| rows.remove(&s.name))
         .map(|(mut row, violated, ev)| {
             row.invariants_total = CATALOG.len();
-            row.invariants_held = CATALOG.iter().filter(|c| !violated.contains(c.id)).count();
+            row.invariants_held = CATALOG.iter().filter(|c| !violated.contains(c.id.as_str())).count();
             row.goals_reached = goals::GOALS
                 .iter()
                 .filter(|(g, _)| ev.get(*g).copied().unwrap_or(0) > 0)

@@ -8,10 +8,9 @@
 mod perfetto;
 mod report;
 
-use std::collections::BTreeMap;
-
 use kvsim_core::bugs::Mutant;
-use kvsim_core::engine::Engine;
+use kvsim_core::driver::{drive, Driven, Flow, Observer, OpAt};
+use kvsim_core::engine::{Engine, Mismatch, OpOutcome};
 use kvsim_core::fpm::sweep::BenchmarkMeta;
 use kvsim_core::invariants::model::check_model;
 use kvsim_core::invariants::ranks::check_lockstep;
@@ -47,10 +46,6 @@ fn touches_pool(op: &PlanOp) -> bool {
 pub fn plan_hash(plan: &Plan) -> String {
     let text = serde_json::to_string(plan).expect("plans serialize");
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
-}
-
-fn apply_faults(plan: &Plan, step: u64, e: &mut Engine, events: &mut Vec<String>) {
-    events.extend(plan.faults.iter().filter_map(|f| e.apply_fault(f, step)));
 }
 
 /// How to run a plan.
@@ -118,13 +113,105 @@ pub fn run_plan_opts(plan: &Plan, opts: RunOptions, progress: &mut dyn FnMut(u64
         {
             if let Some(v) = check_regime_labels(&meta.executions) {
                 report.outcome = Outcome::Violation(
-                    Finding::at(report.last_step, 0, None, json!(null), v.detail).with_invariant(v.id),
+                    Finding::at(report.last_step, 0, None, json!(null), v.detail).with_invariant(v.id.as_str()),
                 );
             }
         }
     }
     collect_events(&engines, disagreed, &mut report);
     report
+}
+
+/// The simulator as a plan observer: traces every op, runs the model invariants after every
+/// op that can change the pool or a table, the lock-step check after every step, and stops at
+/// the first violation or plan/model mismatch.
+struct Simulator<'a> {
+    opts: RunOptions,
+    progress: &'a mut dyn FnMut(u64, u64),
+    report: RunReport,
+    total_ops: u64,
+    /// Virtual clock at the current step's start (ns).
+    clock: u64,
+    /// Forward tokens of the current step (its nominal duration).
+    step_tokens: u64,
+    disagreed: bool,
+}
+
+impl Simulator<'_> {
+    fn stop(&mut self, finding: Outcome, step: u64) -> Flow {
+        self.report.outcome = finding;
+        self.report.finish(self.clock, step);
+        Flow::Stop
+    }
+}
+
+impl Observer for Simulator<'_> {
+    fn fault(&mut self, step: u64, rank: u32, event: String) {
+        if self.opts.trace {
+            self.report.trace.push(TraceEvent::fault(self.clock, step, rank, event));
+        }
+    }
+
+    fn before_op(&mut self, _at: OpAt, _e: &Engine, op: &PlanOp) {
+        if let PlanOp::Forward { batch } = op {
+            self.step_tokens += batch.iter().map(|b| b.tokens).sum::<u64>();
+        }
+        self.report.ops += 1;
+    }
+
+    fn after_op(&mut self, at: OpAt, e: &Engine, op: &PlanOp, outcome: Result<OpOutcome, Mismatch>) -> Flow {
+        let OpAt { step, rank, index: i } = at;
+        let op_json = || serde_json::to_value(op).expect("ops serialize");
+        match outcome {
+            Err(m) => {
+                if self.opts.trace {
+                    let line = format!("MISMATCH: {}", m.0);
+                    self.report
+                        .trace
+                        .push(TraceEvent::op(self.clock, step, rank, i, &op_json(), line));
+                }
+                let f = Finding::at(step, rank, Some(i), op_json(), m.0);
+                self.stop(Outcome::Mismatch(f), step)
+            }
+            Ok(out) => {
+                if self.opts.trace {
+                    self.report
+                        .trace
+                        .push(TraceEvent::op(self.clock, step, rank, i, &op_json(), out.result));
+                }
+                let mut v: Vec<Violation> = out.violations;
+                // Model invariants are functions of the pool and the tables; ops
+                // that cannot change either keep the previous (passing) result.
+                if touches_pool(op) {
+                    v.extend(check_model(&e.kv, &e.retained()));
+                }
+                match v.into_iter().next() {
+                    Some(first) => {
+                        let f = Finding::at(step, rank, Some(i), op_json(), first.detail)
+                            .with_invariant(first.id.as_str())
+                            .with_state(report::state_excerpt(e));
+                        self.stop(Outcome::Violation(f), step)
+                    }
+                    None => Flow::Continue,
+                }
+            }
+        }
+    }
+
+    fn end_step(&mut self, step: u64, engines: &[Engine]) -> Flow {
+        let injected: Vec<Option<u64>> = engines.iter().map(|e| e.injected).collect();
+        if let Some(v) = check_lockstep(step, &injected) {
+            let f = Finding::at(step, 0, None, json!(null), v.detail).with_invariant(v.id.as_str());
+            return self.stop(Outcome::Violation(f), step);
+        }
+        self.disagreed |= engines
+            .windows(2)
+            .any(|w| local_decisions(&w[0]) != local_decisions(&w[1]));
+        self.clock += nominal_step_ns(std::mem::take(&mut self.step_tokens));
+        self.report.steps += 1;
+        (self.progress)(self.report.ops, self.total_ops);
+        Flow::Continue
+    }
 }
 
 fn run_inner(
@@ -134,7 +221,6 @@ fn run_inner(
     engines_out: &mut Vec<Engine>,
     disagreed: &mut bool,
 ) -> RunReport {
-    let total_ops: u64 = plan.steps.iter().map(|s| s.ops.len() as u64).sum();
     let s = &plan.scenario;
     let mut report = RunReport::new(plan_hash(plan));
     let mut engines: Vec<Engine> = match (0..s.dp_ranks)
@@ -147,88 +233,19 @@ fn run_inner(
             return report;
         }
     };
-    let mut by_step: BTreeMap<u64, BTreeMap<u32, &Vec<PlanOp>>> = BTreeMap::new();
-    for st in &plan.steps {
-        by_step.entry(st.step).or_default().insert(st.rank, &st.ops);
+    let mut sim = Simulator {
+        opts,
+        progress,
+        report,
+        total_ops: plan.steps.iter().map(|s| s.ops.len() as u64).sum(),
+        clock: 0,
+        step_tokens: 0,
+        disagreed: false,
+    };
+    if let Driven::Finished { last_step } = drive(plan, &mut engines, &mut sim) {
+        sim.report.finish(sim.clock, last_step);
     }
-    let mut clock = 0u64;
-    for (&step, ranks) in &by_step {
-        let mut step_tokens = 0u64;
-        for rank in 0..s.dp_ranks {
-            let e = &mut engines[rank as usize];
-            e.begin_step();
-            let mut fault_events = Vec::new();
-            apply_faults(plan, step, e, &mut fault_events);
-            if opts.trace {
-                for f in fault_events {
-                    report.trace.push(TraceEvent::fault(clock, step, rank, f));
-                }
-            }
-            let Some(ops) = ranks.get(&rank) else { continue };
-            for (i, op) in ops.iter().enumerate() {
-                if let PlanOp::Forward { batch } = op {
-                    step_tokens += batch.iter().map(|b| b.tokens).sum::<u64>();
-                }
-                let op_json = || serde_json::to_value(op).expect("ops serialize");
-                report.ops += 1;
-                match e.apply(op) {
-                    Err(m) => {
-                        if opts.trace {
-                            report.trace.push(TraceEvent::op(
-                                clock,
-                                step,
-                                rank,
-                                i,
-                                &op_json(),
-                                format!("MISMATCH: {}", m.0),
-                            ));
-                        }
-                        report.outcome = Outcome::Mismatch(Finding::at(step, rank, Some(i), op_json(), m.0));
-                        report.finish(clock, step);
-                        *engines_out = engines;
-                        return report;
-                    }
-                    Ok(out) => {
-                        if opts.trace {
-                            report
-                                .trace
-                                .push(TraceEvent::op(clock, step, rank, i, &op_json(), out.result));
-                        }
-                        let mut v: Vec<Violation> = out.violations;
-                        // Model invariants are functions of the pool and the tables; ops
-                        // that cannot change either keep the previous (passing) result.
-                        if touches_pool(op) {
-                            v.extend(check_model(&e.kv, &e.retained()));
-                        }
-                        if let Some(first) = v.into_iter().next() {
-                            let f = Finding::at(step, rank, Some(i), op_json(), first.detail)
-                                .with_invariant(first.id)
-                                .with_state(report::state_excerpt(e));
-                            report.outcome = Outcome::Violation(f);
-                            report.finish(clock, step);
-                            *engines_out = engines;
-                            return report;
-                        }
-                    }
-                }
-            }
-        }
-        let injected: Vec<Option<u64>> = engines.iter().map(|e| e.injected).collect();
-        if let Some(v) = check_lockstep(step, &injected) {
-            report.outcome = Outcome::Violation(Finding::at(step, 0, None, json!(null), v.detail).with_invariant(v.id));
-            report.finish(clock, step);
-            *engines_out = engines;
-            return report;
-        }
-        *disagreed |= engines
-            .windows(2)
-            .any(|w| local_decisions(&w[0]) != local_decisions(&w[1]));
-        clock += nominal_step_ns(step_tokens);
-        report.steps += 1;
-        progress(report.ops, total_ops);
-    }
-    let last = by_step.keys().next_back().copied().unwrap_or(0);
-    report.finish(clock, last);
     *engines_out = engines;
-    report
+    *disagreed = sim.disagreed;
+    sim.report
 }

@@ -1,0 +1,154 @@
+//! Admission and scheduling: `allocate_slots` re-derived from the model and compared with
+//! what the plan recorded (hits, tables, refusals), with the facts the admission, fence and
+//! deadline checks judge.
+
+use super::apply::OpOutcome;
+use super::{Engine, Mismatch};
+use crate::invariants::planner::PlannerEvent;
+use crate::kv::{AllocateArgs, RequestStatus};
+use crate::plan::Expect;
+
+impl Engine {
+    pub(super) fn cache_blocks(&mut self, req: &str, num_tokens: u64) -> Result<OpOutcome, Mismatch> {
+        let r = self.req(req)?;
+        if num_tokens > r.req.num_computed_tokens {
+            return Err(Mismatch(format!(
+                "cache_blocks of {num_tokens} tokens but {req} computed {}",
+                r.req.num_computed_tokens
+            )));
+        }
+        let request = r.req.clone();
+        self.kv
+            .cache_blocks(&request, num_tokens)
+            .map_err(|e| Mismatch(e.to_string()))?;
+        Ok(OpOutcome::ok("cached"))
+    }
+
+    pub(super) fn fence_check(&self, what: &str, drawn: usize, out: &mut OpOutcome) {
+        out.check(PlannerEvent::PoolDraw {
+            what,
+            drawn,
+            fenced: self.deferred.len(),
+        });
+    }
+
+    pub(super) fn schedule(
+        &mut self,
+        id: &str,
+        n: u64,
+        use_cache: bool,
+        fsmf: bool,
+        delay: bool,
+        expect: &Expect,
+    ) -> Result<OpOutcome, Mismatch> {
+        let r = self.req(id)?;
+        let admitting = r.req.status != RequestStatus::Running;
+        // A stage build (a chain rung or a native exact-context prefill: a request
+        // prefilling its own prompt, neither a shadow, nor on synthetic KV, nor
+        // admitted by a point's injection) neither
+        // starts nor continues after the soft deadline (§1.12, §3.3 step 4; §8.2 bug 5).
+        let stage_after_deadline = self.deadline_passed
+            && !r.point_request
+            && r.shadow_of.is_none()
+            && r.synthetic_upto == 0
+            && r.req.num_computed_tokens < r.req.num_prompt_tokens;
+        let hits =
+            (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
+        let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        let mut out = OpOutcome::default();
+        if out.check(PlannerEvent::PrefixHit {
+            req: id,
+            hit_tokens,
+            expects_hit: expect.hit_tokens.is_some(),
+        }) {
+            out.result = "poached".into();
+            return Ok(out);
+        }
+        if r.req.num_computed_tokens.saturating_add(hit_tokens).saturating_add(n)
+            > r.req.num_tokens() + r.req.num_output_placeholders
+        {
+            return Err(Mismatch(format!(
+                "{id}: scheduling {n} tokens beyond the known sequence"
+            )));
+        }
+        let request = r.req.clone();
+        let free_before = self.kv.pool.num_free_blocks();
+        let args = AllocateArgs {
+            num_new_tokens: n,
+            hits: hits.as_ref(),
+            num_lookahead_tokens: 0,
+            delay_cache_blocks: delay,
+            full_sequence_must_fit: fsmf,
+            reserved_blocks: 0,
+        };
+        let got = self
+            .kv
+            .allocate_slots(&request, args)
+            .map_err(|e| Mismatch(e.to_string()))?;
+        out.check(PlannerEvent::StageScheduled {
+            req: id,
+            tokens: n,
+            admitting,
+            after_deadline: stage_after_deadline,
+        });
+        match (got, expect.refused) {
+            (None, true) => {
+                out.result = "refused".into();
+                return Ok(out);
+            }
+            (None, false) => {
+                out.check(PlannerEvent::AllocationRefused {
+                    req: id,
+                    tokens: n,
+                    free: self.kv.pool.num_free_blocks(),
+                });
+                out.result = "refused (unplanned)".into();
+                return Ok(out);
+            }
+            (Some(_), true) => {
+                return Err(Mismatch(format!(
+                    "{id}: allocation succeeded; the plan expected a refusal"
+                )))
+            }
+            (Some(_), false) => {}
+        }
+        let drawn = free_before.saturating_sub(self.kv.pool.num_free_blocks());
+        self.fence_check(&format!("allocation for {id}"), drawn, &mut out);
+        if let Some(h) = expect.hit_tokens {
+            if h != hit_tokens {
+                return Err(Mismatch(format!(
+                    "{id}: prefix hit of {hit_tokens} tokens; the plan expected {h}"
+                )));
+            }
+        }
+        let r = self.requests.get_mut(id).expect("checked");
+        r.req.num_computed_tokens += hit_tokens;
+        r.hit_tokens += hit_tokens;
+        r.req.status = RequestStatus::Running;
+        let tables = self.kv.get_block_ids(r.req.id);
+        if let Some(t) = &expect.tables {
+            if *t != tables {
+                return Err(Mismatch(format!(
+                    "{id}: block tables {tables:?}; the plan recorded {t:?}"
+                )));
+            }
+        }
+        out.result = format!("hit {hit_tokens} tables {tables:?}");
+        if admitting {
+            self.slots_check(&mut out);
+        }
+        Ok(out)
+    }
+
+    /// PL-SLOTS: running requests (shadows and parked chains included) fit the
+    /// scheduler's `max_num_seqs` request slots (§3.1 step 4; §8.2 bug 25).
+    pub(super) fn slots_check(&self, out: &mut OpOutcome) {
+        let running = self
+            .requests
+            .values()
+            .filter(|r| r.req.status == RequestStatus::Running)
+            .count();
+        let slots = self.scenario.scheduler.max_num_seqs as usize;
+        out.check(PlannerEvent::Running { running, slots });
+    }
+}

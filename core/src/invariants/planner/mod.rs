@@ -1,0 +1,43 @@
+//! The planner invariants (PL-*, DY-*), one file per family, fed by the typed facts the
+//! engine reports while it applies an op ([`PlannerEvent`]). The engine decides nothing
+//! here: it states what happened (a pool draw with fenced frees pending, a read of a block
+//! holding other content, ...) and [`check`] says which invariant that breaks.
+//!
+//! Adding a planner invariant: its ID and catalog row (`catalog.rs`), its check in the
+//! family file (with a new event variant here if no existing fact carries what it needs),
+//! `spec/invariants.md` regenerated, and a bad plan that trips it in
+//! `tests/tests/invariant_plans.rs`.
+
+mod admission;
+mod content;
+mod event;
+mod fence;
+mod lifecycle;
+mod recorded;
+mod shadow;
+mod timing;
+
+pub use event::PlannerEvent;
+
+use super::Violation;
+
+/// The violations `event` shows, in the order they are reported.
+pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
+    use PlannerEvent as E;
+    let one = |v: Option<Violation>| v.into_iter().collect();
+    match event {
+        E::HostOp { .. } | E::PointInjected { .. } | E::StageScheduled { .. } | E::ShadowRegistering { .. } => {
+            one(timing::check(event))
+        }
+        E::SweepEnded { .. } => one(timing::check(event)),
+        E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } => one(fence::check(event)),
+        E::Admitted { .. } | E::PrefixHit { .. } | E::AllocationRefused { .. } | E::Running { .. } => {
+            one(admission::check(event))
+        }
+        E::StateRead { .. } | E::AttentionRead { .. } | E::TailForked { .. } => one(content::check(event)),
+        E::ShadowRead { .. } | E::ShadowRegistered { .. } => one(shadow::check(event)),
+        E::RegistrationFailed { .. } => shadow::failed_registration(event),
+        E::Leftovers { .. } => one(lifecycle::check(event)),
+        E::RunnerTables { .. } | E::PlannerFailed { .. } => one(recorded::check(event)),
+    }
+}
