@@ -403,176 +403,231 @@ pub fn run(seed: u64) -> Result<SelfCheckOutcome, GpuError> {
     let mut exec = GpuExecutor::new(layout())?;
     for round in 0..2u64 {
         let seed_r = seed ^ (round.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let program = clean_program(seed_r as u32);
-        // Round 0 lets the heuristic split (short contexts: several splits, combined in-kernel);
-        // round 1 forces one split per request (the kernel normalises its own output).
-        let opts = ExecOptions {
-            seed: seed_r,
-            keep_outputs: true,
-            split_tokens: if round == 0 { None } else { Some(4096) },
-            time_ops: round == 1,
-            ..ExecOptions::default()
-        };
-        let report = exec.execute(&program, &opts)?;
-        o.lines.push(format!(
-            "clean program round {round} ({}): {} steps, {} rows verified, {} violations, step ms {:?}",
-            if round == 0 { "heuristic splits" } else { "one split" },
-            report.steps.len(),
-            report.rows_verified,
-            report.violations.len(),
-            report
-                .steps
-                .iter()
-                .map(|s| (s.device_ms * 1000.0).round() / 1000.0)
-                .collect::<Vec<_>>()
-        ));
-        for v in &report.violations {
-            o.failures.push(format!("clean program reported a violation: {v}"));
-        }
-        if round == 0 {
-            // The kernels split work statically, so the same program gives the same bits
-            // (hidden-state MoE routing reads them: docs/gpu-bandwidth.md, session 6).
-            let again = exec.execute(&program, &opts)?;
-            let differing = repeat_differences(&report, &again);
-            o.lines.push(format!(
-                "  repeated: {} decode outputs and {} MoE routings, {differing} differing",
-                again.decode_outputs.len(),
-                again.moe_routes.len()
-            ));
-            if differing > 0 {
-                o.failures.push(format!(
-                    "the same program run twice gave {differing} different decode outputs or routings"
-                ));
-            }
-        }
-        for p in &report.points {
-            o.lines.push(format!(
-                "  point {}: steps {}..={}, device {:.3} ms, host {} ns (>= 20000 of host work)",
-                p.point, p.step_begin, p.step_end, p.device_ms, p.host_ns
-            ));
-            if p.host_ns < 20_000 {
-                o.failures.push(format!(
-                    "point {} host time {} ns < its 20000 ns of host work",
-                    p.point, p.host_ns
-                ));
-            }
-        }
-        let mut worst = 0.0f64;
-        for out in &report.decode_outputs {
-            let g = &program.layout.groups[out.group.0 as usize];
-            let Some(tokens) = decode_tokens(&program, out.step, out.op, out.req) else {
-                o.failures
-                    .push(format!("no tokens for output step {} op {}", out.step, out.op));
-                continue;
-            };
-            let reference = decode_attention(g, &tokens, &out.q_bits);
-            let err = rel_error(&out.out, &reference);
-            worst = worst.max(err);
-            let line = format!(
-                "  ref step {} {} {} ({}, ctx {}, D {}, G {}): rel err {:.2e}",
-                out.step,
-                out.req,
-                out.group,
-                g.kind.name(),
-                tokens.len(),
-                g.head_dim,
-                g.gqa_group(),
-                err
-            );
-            if err.is_nan() || err > REL_TOL {
-                o.failures.push(format!("{line} > {REL_TOL}"));
-            }
-            o.lines.push(line);
-        }
-        o.lines.push(format!(
-            "  {} decode outputs vs f64 reference, worst rel err {worst:.2e} (tol {REL_TOL})",
-            report.decode_outputs.len()
-        ));
-        if report.decode_outputs.len() != CLEAN_OUTPUTS {
-            o.failures.push(format!(
-                "expected {CLEAN_OUTPUTS} decode outputs, got {}",
-                report.decode_outputs.len()
-            ));
-        }
-        o.lines.extend(check_state(&exec, &program, &mut o.failures)?);
-        for r in &report.moe_routes {
-            let routed: u32 = r.tokens_per_expert.iter().sum();
-            o.lines.push(format!(
-                "  moe step {} op {} routed {routed} (token, expert) pairs: {:?}",
-                r.step, r.op, r.tokens_per_expert
-            ));
-            let expected = match &program.steps[r.step].ops[r.op] {
-                GpuOp::Moe(m) => m.tokens.len() as u32 * m.top_k,
-                _ => 0,
-            };
-            if routed != expected {
-                o.failures.push(format!(
-                    "MoE routed {routed} pairs, expected tokens x top-k = {expected}"
-                ));
-            }
-        }
-        if report.moe_routes.len() != 2 {
-            o.failures
-                .push(format!("expected 2 MoE ops routed, got {}", report.moe_routes.len()));
-        }
-        if round == 1 {
-            let launching = program
-                .steps
-                .iter()
-                .flat_map(|s| &s.ops)
-                .filter(|op| {
-                    !matches!(
-                        op,
-                        GpuOp::BeginTimed { .. } | GpuOp::EndTimed { .. } | GpuOp::HostWork { .. }
-                    )
-                })
-                .count();
-            let timed = report.op_timings.len();
-            o.lines.push(format!(
-                "  {timed} ops timed one by one ({launching} launching ops, prefill runs merged)"
-            ));
-            if timed == 0 || timed > launching || report.op_timings.iter().any(|t| t.device_ms <= 0.0) {
-                o.failures.push(format!(
-                    "op timings: {timed} timed of {launching}, or a non-positive time"
-                ));
-            }
-        }
+        check_clean_round(&mut exec, round, seed_r, &mut o)?;
+        check_corrupted_round(&mut exec, round, seed_r, &mut o)?;
+    }
+    Ok(o)
+}
 
-        let (bad, expected) = corrupted_program(seed_r as u32);
-        let report = exec.execute(
-            &bad,
-            &ExecOptions {
-                seed: seed_r,
-                ..ExecOptions::default()
-            },
-        )?;
-        o.lines.push(format!(
-            "corrupted program round {round}: {} violations reported",
-            report.violations.len()
-        ));
-        let got: BTreeSet<ExpectedViolation> = report
-            .violations
+/// One round of the clean program: no violation, the same bits when repeated (round 0), host
+/// work inside its windows, outputs as the reference's, state blocks and MoE routings as
+/// planned, and (round 1) every launching op timed.
+fn check_clean_round(
+    exec: &mut GpuExecutor,
+    round: u64,
+    seed_r: u64,
+    o: &mut SelfCheckOutcome,
+) -> Result<(), GpuError> {
+    let program = clean_program(seed_r as u32);
+    // Round 0 lets the heuristic split (short contexts: several splits, combined in-kernel);
+    // round 1 forces one split per request (the kernel normalises its own output).
+    let opts = ExecOptions {
+        seed: seed_r,
+        keep_outputs: true,
+        split_tokens: if round == 0 { None } else { Some(4096) },
+        time_ops: round == 1,
+        ..ExecOptions::default()
+    };
+    let report = exec.execute(&program, &opts)?;
+    o.lines.push(format!(
+        "clean program round {round} ({}): {} steps, {} rows verified, {} violations, step ms {:?}",
+        if round == 0 { "heuristic splits" } else { "one split" },
+        report.steps.len(),
+        report.rows_verified,
+        report.violations.len(),
+        report
+            .steps
             .iter()
-            .map(|v| (v.step, v.req, v.group, v.block.unwrap_or(BlockId::NULL), v.position))
-            .collect();
-        for v in &report.violations {
-            o.lines.push(format!("  {v}"));
-        }
-        let want: BTreeSet<ExpectedViolation> = expected.into_iter().collect();
-        if got != want {
+            .map(|s| (s.device_ms * 1000.0).round() / 1000.0)
+            .collect::<Vec<_>>()
+    ));
+    for v in &report.violations {
+        o.failures.push(format!("clean program reported a violation: {v}"));
+    }
+    if round == 0 {
+        check_repeat(exec, &program, &opts, &report, o)?;
+    }
+    check_points(&report, o);
+    check_outputs(&program, &report, o);
+    o.lines.extend(check_state(exec, &program, &mut o.failures)?);
+    check_routes(&program, &report, o);
+    if round == 1 {
+        check_op_timings(&program, &report, o);
+    }
+    Ok(())
+}
+
+/// Runs the clean program again: the same decode outputs and routings, bit for bit.
+fn check_repeat(
+    exec: &mut GpuExecutor,
+    program: &GpuProgram,
+    opts: &ExecOptions,
+    report: &ExecReport,
+    o: &mut SelfCheckOutcome,
+) -> Result<(), GpuError> {
+    // The kernels split work statically, so the same program gives the same bits
+    // (hidden-state MoE routing reads them: docs/gpu-bandwidth.md, session 6).
+    let again = exec.execute(program, opts)?;
+    let differing = repeat_differences(report, &again);
+    o.lines.push(format!(
+        "  repeated: {} decode outputs and {} MoE routings, {differing} differing",
+        again.decode_outputs.len(),
+        again.moe_routes.len()
+    ));
+    if differing > 0 {
+        o.failures.push(format!(
+            "the same program run twice gave {differing} different decode outputs or routings"
+        ));
+    }
+    Ok(())
+}
+
+/// Every measurement window holds at least its host work.
+fn check_points(report: &ExecReport, o: &mut SelfCheckOutcome) {
+    for p in &report.points {
+        o.lines.push(format!(
+            "  point {}: steps {}..={}, device {:.3} ms, host {} ns (>= 20000 of host work)",
+            p.point, p.step_begin, p.step_end, p.device_ms, p.host_ns
+        ));
+        if p.host_ns < 20_000 {
             o.failures.push(format!(
-                "corrupted program: violations {got:?}, expected exactly {want:?}"
-            ));
-        }
-        if report.violations.len() != want.len() {
-            o.failures.push(format!(
-                "corrupted program: {} violations, expected {}",
-                report.violations.len(),
-                want.len()
+                "point {} host time {} ns < its 20000 ns of host work",
+                p.point, p.host_ns
             ));
         }
     }
-    Ok(o)
+}
+
+/// Every decode output against the float64 reference, and the number of outputs.
+fn check_outputs(program: &GpuProgram, report: &ExecReport, o: &mut SelfCheckOutcome) {
+    let mut worst = 0.0f64;
+    for out in &report.decode_outputs {
+        let g = &program.layout.groups[out.group.0 as usize];
+        let Some(tokens) = decode_tokens(program, out.step, out.op, out.req) else {
+            o.failures
+                .push(format!("no tokens for output step {} op {}", out.step, out.op));
+            continue;
+        };
+        let reference = decode_attention(g, &tokens, &out.q_bits);
+        let err = rel_error(&out.out, &reference);
+        worst = worst.max(err);
+        let line = format!(
+            "  ref step {} {} {} ({}, ctx {}, D {}, G {}): rel err {:.2e}",
+            out.step,
+            out.req,
+            out.group,
+            g.kind.name(),
+            tokens.len(),
+            g.head_dim,
+            g.gqa_group(),
+            err
+        );
+        if err.is_nan() || err > REL_TOL {
+            o.failures.push(format!("{line} > {REL_TOL}"));
+        }
+        o.lines.push(line);
+    }
+    o.lines.push(format!(
+        "  {} decode outputs vs f64 reference, worst rel err {worst:.2e} (tol {REL_TOL})",
+        report.decode_outputs.len()
+    ));
+    if report.decode_outputs.len() != CLEAN_OUTPUTS {
+        o.failures.push(format!(
+            "expected {CLEAN_OUTPUTS} decode outputs, got {}",
+            report.decode_outputs.len()
+        ));
+    }
+}
+
+/// Every MoE op routed tokens x top-k pairs, and both MoE ops were routed.
+fn check_routes(program: &GpuProgram, report: &ExecReport, o: &mut SelfCheckOutcome) {
+    for r in &report.moe_routes {
+        let routed: u32 = r.tokens_per_expert.iter().sum();
+        o.lines.push(format!(
+            "  moe step {} op {} routed {routed} (token, expert) pairs: {:?}",
+            r.step, r.op, r.tokens_per_expert
+        ));
+        let expected = match &program.steps[r.step].ops[r.op] {
+            GpuOp::Moe(m) => m.tokens.len() as u32 * m.top_k,
+            _ => 0,
+        };
+        if routed != expected {
+            o.failures.push(format!(
+                "MoE routed {routed} pairs, expected tokens x top-k = {expected}"
+            ));
+        }
+    }
+    if report.moe_routes.len() != 2 {
+        o.failures
+            .push(format!("expected 2 MoE ops routed, got {}", report.moe_routes.len()));
+    }
+}
+
+/// Launching ops were timed one by one (prefill runs merged), each with a positive time.
+fn check_op_timings(program: &GpuProgram, report: &ExecReport, o: &mut SelfCheckOutcome) {
+    let launching = program
+        .steps
+        .iter()
+        .flat_map(|s| &s.ops)
+        .filter(|op| {
+            !matches!(
+                op,
+                GpuOp::BeginTimed { .. } | GpuOp::EndTimed { .. } | GpuOp::HostWork { .. }
+            )
+        })
+        .count();
+    let timed = report.op_timings.len();
+    o.lines.push(format!(
+        "  {timed} ops timed one by one ({launching} launching ops, prefill runs merged)"
+    ));
+    if timed == 0 || timed > launching || report.op_timings.iter().any(|t| t.device_ms <= 0.0) {
+        o.failures.push(format!(
+            "op timings: {timed} timed of {launching}, or a non-positive time"
+        ));
+    }
+}
+
+/// One round of the corrupted program: exactly the planned violations, each once.
+fn check_corrupted_round(
+    exec: &mut GpuExecutor,
+    round: u64,
+    seed_r: u64,
+    o: &mut SelfCheckOutcome,
+) -> Result<(), GpuError> {
+    let (bad, expected) = corrupted_program(seed_r as u32);
+    let report = exec.execute(
+        &bad,
+        &ExecOptions {
+            seed: seed_r,
+            ..ExecOptions::default()
+        },
+    )?;
+    o.lines.push(format!(
+        "corrupted program round {round}: {} violations reported",
+        report.violations.len()
+    ));
+    let got: BTreeSet<ExpectedViolation> = report
+        .violations
+        .iter()
+        .map(|v| (v.step, v.req, v.group, v.block.unwrap_or(BlockId::NULL), v.position))
+        .collect();
+    for v in &report.violations {
+        o.lines.push(format!("  {v}"));
+    }
+    let want: BTreeSet<ExpectedViolation> = expected.into_iter().collect();
+    if got != want {
+        o.failures.push(format!(
+            "corrupted program: violations {got:?}, expected exactly {want:?}"
+        ));
+    }
+    if report.violations.len() != want.len() {
+        o.failures.push(format!(
+            "corrupted program: {} violations, expected {}",
+            report.violations.len(),
+            want.len()
+        ));
+    }
+    Ok(())
 }
 
 /// State blocks after the clean program: block 1 consumed r0's 150 tokens, block 3 (a copy

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use kvsim_core::plan::Plan;
-use kvsim_gpu::executor::{median, ExecReport};
+use kvsim_gpu::executor::{median, ExecOptions, ExecReport, ExecutorOptions};
 use kvsim_gpu::layout::DeviceLayout;
 use kvsim_gpu::lower::AttnKernel;
 use kvsim_gpu::program::MoeOp;
-use kvsim_gpu::{lower_plan_measured, no_device_reason, GpuError, GpuExecutor, LowerOptions, LoweredPlan};
+use kvsim_gpu::{lower_plan_measured, no_device_reason, DeviceInfo, GpuError, GpuExecutor, LowerOptions, LoweredPlan};
 use serde_json::{json, Value};
 
 use super::{say, CliError};
@@ -183,78 +183,16 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
         warm_up_ms: WARM_UP_MS,
         ..kvsim_gpu::ExecOptions::default()
     };
-    for _ in 0..ro.warmup {
-        exec.execute(&lowered.program, &opts).map_err(gpu_err)?;
-    }
-    let mut reports = Vec::with_capacity(ro.repeat as usize);
-    for _ in 0..ro.repeat {
-        reports.push(exec.execute(&lowered.program, &opts).map_err(gpu_err)?);
-    }
+    let reports = timed_runs(&mut exec, &lowered, &opts, ro)?;
     let report = median_report(&reports);
     let copy = exec.bench_copy(COPY_BYTES, 3, 10).map_err(gpu_err)?;
     let copy_gbps = copy.gbps();
     let info = exec.info().clone();
 
     let kv_bytes = lowered.decode_kv_bytes_per_step();
-    let spread = |f: &dyn Fn(&ExecReport) -> Option<f32>| -> Value {
-        let v: Vec<f32> = reports.iter().filter_map(f).collect();
-        let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
-        let hi = v.iter().copied().fold(0.0, f32::max);
-        json!([us(lo), us(hi)])
-    };
-    let mut op_times: BTreeMap<usize, Vec<Value>> = BTreeMap::new();
-    for t in &report.op_timings {
-        op_times
-            .entry(t.step)
-            .or_default()
-            .push(json!({"op": t.op, "kind": t.kind, "device_us": us(t.device_ms)}));
-    }
-    let steps: Vec<Value> = report
-        .steps
-        .iter()
-        .map(|t| {
-            let bytes = kv_bytes.get(t.step).copied().unwrap_or(0);
-            let mut v = json!({
-                "step": lowered.steps.get(t.step),
-                "device_us": us(t.device_ms),
-                "device_us_range": spread(&|r| r.steps.get(t.step).map(|s| s.device_ms)),
-                "host_us": t.host_ns as f64 / 1000.0,
-                "decode_kv_bytes": bytes,
-                "kv_gbps": gbps(bytes, t.device_ms),
-            });
-            if let Some(ops) = op_times.remove(&t.step) {
-                v["ops"] = Value::Array(ops);
-            }
-            v
-        })
-        .collect();
-    let points: Vec<Value> = report
-        .points
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let bytes: u64 = kv_bytes.get(p.step_begin..=p.step_end).map_or(0, |s| s.iter().sum());
-            json!({
-                "point": p.point.0,
-                "step_begin": lowered.steps.get(p.step_begin),
-                "step_end": lowered.steps.get(p.step_end),
-                "device_us": us(p.device_ms),
-                "device_us_runs": reports.iter().filter_map(|r| r.points.get(i)).map(|q| us(q.device_ms)).collect::<Vec<_>>(),
-                "host_us": p.host_ns as f64 / 1000.0,
-                "wall_us": p.wall_ns.map(|n| n as f64 / 1000.0),
-                "decode_kv_bytes": bytes,
-                "kv_gbps": gbps(bytes, p.device_ms),
-            })
-        })
-        .collect();
-    let resident: BTreeMap<String, u64> = lowered
-        .program
-        .layout
-        .groups
-        .iter()
-        .filter_map(AttnKernel::for_group)
-        .filter_map(|k| exec.resident_ctas(k).map(|n| (k.module_name(), n)))
-        .collect();
+    let steps = steps_json(&lowered, &report, &reports, &kv_bytes);
+    let points = points_json(&lowered, &report, &reports, &kv_bytes);
+    let resident = resident_ctas(&exec, &lowered);
     let mut src = DeviceSource {
         resident: &resident,
         routes: reports[0]
@@ -264,42 +202,9 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
             .collect(),
     };
     let cost_steps = describe(plan, &lowered, info.sm_count, &mut src);
-    let run_opts = RunOptions {
-        lowering: ro.lowering.clone(),
-        time_ops: ro.time_ops,
-        sync_windows: opts.sync_windows,
-    };
-    let mut run_info = run_json(&run_opts);
-    run_info["warmup"] = json!(ro.warmup);
-    run_info["repeat"] = json!(ro.repeat);
-    run_info["spin_wait"] = json!(exec_options.spin_wait);
-    run_info["warm_up_ms"] = json!(WARM_UP_MS);
-    let decode_only = kvsim_gpu::lower_plan::decode_only_steps(&lowered.program);
-    let (mut total_bytes, mut decode_ms, mut decode_steps) = (0u64, 0f32, 0usize);
-    for t in &report.steps {
-        if decode_only.get(t.step).copied().unwrap_or(false) {
-            total_bytes += kv_bytes.get(t.step).copied().unwrap_or(0);
-            decode_ms += t.device_ms;
-            decode_steps += 1;
-        }
-    }
-    let achieved = gbps(total_bytes, decode_ms);
-    let layout: Vec<Value> = lowered
-        .program
-        .layout
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(i, g)| {
-            let (rank, group) = lowered.plan_group(kvsim_gpu::GroupId(i as u32));
-            json!({
-                "rank": rank, "group": group, "kind": g.kind.name(), "block_size": g.block_size_tokens,
-                "layers": g.layers, "kv_heads": g.kv_heads, "q_heads": g.q_heads, "head_dim": g.head_dim,
-                "blocks": g.blocks_total, "pool_bytes": g.pool_bytes(),
-                "kernel": kernel_name(AttnKernel::for_group(g)),
-            })
-        })
-        .collect();
+    let run_info = run_info_json(ro, &opts, &exec_options);
+    let bandwidth = bandwidth_json(&lowered, &report, &kv_bytes, copy_gbps);
+    let layout = layout_json(&lowered);
     let violations = violations_json(&lowered, &report);
     let verified = report.violations.is_empty();
     let sim_first = match &sim.outcome {
@@ -307,27 +212,13 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
         Outcome::Violation(f) | Outcome::Mismatch(f) => Some((f.step, f.invariant.clone())),
     };
     let gpu_first = violations.first().and_then(|v| v["step"].as_u64());
-    let outcome = match (&lowered.mismatch, verified) {
-        (Some((at, detail)), _) => json!({"result": "mismatch", "step": at.step, "rank": at.rank,
-            "op_index": at.op_index, "detail": detail}),
-        (None, true) => json!({"result": "passed"}),
-        (None, false) => json!({"result": "violation", "first": violations[0]}),
-    };
+    let outcome = outcome_json(&lowered, verified, &violations);
     let result = json!({
         "format": "kvsim-replay/1",
         "backend": "gpu",
         "plan_hash": hash,
         "outcome": outcome,
-        "device": {
-            "name": info.name,
-            "compute_capability": format!("{}.{}", info.compute_capability.0, info.compute_capability.1),
-            "sm_count": info.sm_count,
-            "l2_bytes": info.l2_bytes,
-            "memory_bytes": info.total_mem_bytes,
-            "driver_version": driver_version(),
-            "driver_cuda_version": format!("{}.{}", info.driver_cuda_version / 1000, info.driver_cuda_version % 1000 / 10),
-            "nvrtc_version": format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
-        },
+        "device": device_json(&info),
         "verification": {
             "passed": verified,
             "rows_verified": report.rows_verified,
@@ -344,15 +235,7 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
         "gpu_first_violation_step": gpu_first,
         "steps": steps,
         "points": points,
-        "bandwidth": {
-            "decode_only_steps": decode_steps,
-            "decode_kv_bytes": total_bytes,
-            "decode_steps_device_us": us(decode_ms),
-            "achieved_gbps": achieved,
-            "copy_gbps": copy_gbps,
-            "percent_of_copy": achieved.map(|a| 100.0 * a / copy_gbps),
-            "note": "K/V bytes the decode attention reads over the device time of the decode-only steps (every prefill in them writes one token; their K/V writes, zero/copy and MoE are in the time); copy = cuMemcpyDtoD of 512 MiB, read + write, median of 10",
-        },
+        "bandwidth": bandwidth,
         "layout": layout,
         "notes": lowered.notes,
         "run": run_info,
@@ -374,6 +257,191 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
             inv.as_deref().unwrap_or("PLAN-MISMATCH")
         ),
     };
+    say_outcome(&lowered, &info.name, &report, &violations, &sim_line, &hash, verified)
+}
+
+/// Untimed warm-up runs, then the timed runs' reports.
+fn timed_runs(
+    exec: &mut GpuExecutor,
+    lowered: &LoweredPlan,
+    opts: &ExecOptions,
+    ro: &GpuReplayOptions,
+) -> Result<Vec<ExecReport>, CliError> {
+    for _ in 0..ro.warmup {
+        exec.execute(&lowered.program, opts).map_err(gpu_err)?;
+    }
+    let mut reports = Vec::with_capacity(ro.repeat as usize);
+    for _ in 0..ro.repeat {
+        reports.push(exec.execute(&lowered.program, opts).map_err(gpu_err)?);
+    }
+    Ok(reports)
+}
+
+/// Per step: its median times, their range over the runs, its decode K/V bytes and rate, and
+/// (with `time_ops`) its ops' times.
+fn steps_json(lowered: &LoweredPlan, report: &ExecReport, reports: &[ExecReport], kv_bytes: &[u64]) -> Vec<Value> {
+    let spread = |f: &dyn Fn(&ExecReport) -> Option<f32>| -> Value {
+        let v: Vec<f32> = reports.iter().filter_map(f).collect();
+        let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = v.iter().copied().fold(0.0, f32::max);
+        json!([us(lo), us(hi)])
+    };
+    let mut op_times: BTreeMap<usize, Vec<Value>> = BTreeMap::new();
+    for t in &report.op_timings {
+        op_times
+            .entry(t.step)
+            .or_default()
+            .push(json!({"op": t.op, "kind": t.kind, "device_us": us(t.device_ms)}));
+    }
+    report
+        .steps
+        .iter()
+        .map(|t| {
+            let bytes = kv_bytes.get(t.step).copied().unwrap_or(0);
+            let mut v = json!({
+                "step": lowered.steps.get(t.step),
+                "device_us": us(t.device_ms),
+                "device_us_range": spread(&|r| r.steps.get(t.step).map(|s| s.device_ms)),
+                "host_us": t.host_ns as f64 / 1000.0,
+                "decode_kv_bytes": bytes,
+                "kv_gbps": gbps(bytes, t.device_ms),
+            });
+            if let Some(ops) = op_times.remove(&t.step) {
+                v["ops"] = Value::Array(ops);
+            }
+            v
+        })
+        .collect()
+}
+
+/// Per measurement window: its median times, every run's device time, its decode K/V bytes
+/// and rate.
+fn points_json(lowered: &LoweredPlan, report: &ExecReport, reports: &[ExecReport], kv_bytes: &[u64]) -> Vec<Value> {
+    report
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let bytes: u64 = kv_bytes.get(p.step_begin..=p.step_end).map_or(0, |s| s.iter().sum());
+            json!({
+                "point": p.point.0,
+                "step_begin": lowered.steps.get(p.step_begin),
+                "step_end": lowered.steps.get(p.step_end),
+                "device_us": us(p.device_ms),
+                "device_us_runs": reports.iter().filter_map(|r| r.points.get(i)).map(|q| us(q.device_ms)).collect::<Vec<_>>(),
+                "host_us": p.host_ns as f64 / 1000.0,
+                "wall_us": p.wall_ns.map(|n| n as f64 / 1000.0),
+                "decode_kv_bytes": bytes,
+                "kv_gbps": gbps(bytes, p.device_ms),
+            })
+        })
+        .collect()
+}
+
+/// CTAs resident on the whole device per decode module the layout uses.
+fn resident_ctas(exec: &GpuExecutor, lowered: &LoweredPlan) -> BTreeMap<String, u64> {
+    lowered
+        .program
+        .layout
+        .groups
+        .iter()
+        .filter_map(AttnKernel::for_group)
+        .filter_map(|k| exec.resident_ctas(k).map(|n| (k.module_name(), n)))
+        .collect()
+}
+
+/// How the runs were made (the result's "run").
+fn run_info_json(ro: &GpuReplayOptions, opts: &ExecOptions, exec_options: &ExecutorOptions) -> Value {
+    let run_opts = RunOptions {
+        lowering: ro.lowering.clone(),
+        time_ops: ro.time_ops,
+        sync_windows: opts.sync_windows,
+    };
+    let mut run_info = run_json(&run_opts);
+    run_info["warmup"] = json!(ro.warmup);
+    run_info["repeat"] = json!(ro.repeat);
+    run_info["spin_wait"] = json!(exec_options.spin_wait);
+    run_info["warm_up_ms"] = json!(WARM_UP_MS);
+    run_info
+}
+
+/// Decode K/V bytes over the device time of the decode-only steps, against the copy bandwidth.
+fn bandwidth_json(lowered: &LoweredPlan, report: &ExecReport, kv_bytes: &[u64], copy_gbps: f64) -> Value {
+    let decode_only = kvsim_gpu::lower_plan::decode_only_steps(&lowered.program);
+    let (mut total_bytes, mut decode_ms, mut decode_steps) = (0u64, 0f32, 0usize);
+    for t in &report.steps {
+        if decode_only.get(t.step).copied().unwrap_or(false) {
+            total_bytes += kv_bytes.get(t.step).copied().unwrap_or(0);
+            decode_ms += t.device_ms;
+            decode_steps += 1;
+        }
+    }
+    let achieved = gbps(total_bytes, decode_ms);
+    json!({
+        "decode_only_steps": decode_steps,
+        "decode_kv_bytes": total_bytes,
+        "decode_steps_device_us": us(decode_ms),
+        "achieved_gbps": achieved,
+        "copy_gbps": copy_gbps,
+        "percent_of_copy": achieved.map(|a| 100.0 * a / copy_gbps),
+        "note": "K/V bytes the decode attention reads over the device time of the decode-only steps (every prefill in them writes one token; their K/V writes, zero/copy and MoE are in the time); copy = cuMemcpyDtoD of 512 MiB, read + write, median of 10",
+    })
+}
+
+/// Every group of the device layout: its plan rank and group, shape and decode kernel.
+fn layout_json(lowered: &LoweredPlan) -> Vec<Value> {
+    lowered
+        .program
+        .layout
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let (rank, group) = lowered.plan_group(kvsim_gpu::GroupId(i as u32));
+            json!({
+                "rank": rank, "group": group, "kind": g.kind.name(), "block_size": g.block_size_tokens,
+                "layers": g.layers, "kv_heads": g.kv_heads, "q_heads": g.q_heads, "head_dim": g.head_dim,
+                "blocks": g.blocks_total, "pool_bytes": g.pool_bytes(),
+                "kernel": kernel_name(AttnKernel::for_group(g)),
+            })
+        })
+        .collect()
+}
+
+/// The result's "outcome": a plan/model mismatch first, else passed or the first violation.
+fn outcome_json(lowered: &LoweredPlan, verified: bool, violations: &[Value]) -> Value {
+    match (&lowered.mismatch, verified) {
+        (Some((at, detail)), _) => json!({"result": "mismatch", "step": at.step, "rank": at.rank,
+            "op_index": at.op_index, "detail": detail}),
+        (None, true) => json!({"result": "passed"}),
+        (None, false) => json!({"result": "violation", "first": violations[0]}),
+    }
+}
+
+/// The device, its driver and NVRTC.
+fn device_json(info: &DeviceInfo) -> Value {
+    json!({
+        "name": info.name,
+        "compute_capability": format!("{}.{}", info.compute_capability.0, info.compute_capability.1),
+        "sm_count": info.sm_count,
+        "l2_bytes": info.l2_bytes,
+        "memory_bytes": info.total_mem_bytes,
+        "driver_version": driver_version(),
+        "driver_cuda_version": format!("{}.{}", info.driver_cuda_version / 1000, info.driver_cuda_version % 1000 / 10),
+        "nvrtc_version": format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
+    })
+}
+
+/// Prints the outcome (and every violation) and gives the exit code.
+fn say_outcome(
+    lowered: &LoweredPlan,
+    device: &str,
+    report: &ExecReport,
+    violations: &[Value],
+    sim_line: &str,
+    hash: &str,
+    verified: bool,
+) -> Result<ExitCode, CliError> {
     if let Some((at, detail)) = &lowered.mismatch {
         say(format_args!(
             "FAILED PLAN-MISMATCH at step {} rank {} op {}: {detail} ({sim_line})",
@@ -384,7 +452,7 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
     if verified {
         say(format_args!(
             "passed on {}: {} steps, {} rows verified, plan {hash} ({sim_line})",
-            info.name,
+            device,
             report.steps.len(),
             report.rows_verified
         ))?;
@@ -392,11 +460,11 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
     } else {
         say(format_args!(
             "FAILED content verification on {}: {} violations, first: {} ({sim_line})",
-            info.name,
+            device,
             report.violations.len(),
             violations[0]["detail"].as_str().unwrap_or("")
         ))?;
-        for v in &violations {
+        for v in violations {
             say(format_args!(
                 "  plan step {} rank {} op {} req {} group {} block {} pos {}: {}",
                 v["step"], v["rank"], v["op_index"], v["req"], v["group"], v["block"], v["position"], v["detail"]
