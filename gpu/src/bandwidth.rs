@@ -36,7 +36,7 @@ pub const COPY_BYTES: usize = 1 << 31;
 pub fn shapes() -> Vec<Shape> {
     let base = Shape {
         name: "",
-        kind: GroupKind::Full,
+        kind: GroupKind::FullAttention,
         batch: 32,
         ctx_tokens: 4096,
         layers: 1,
@@ -73,13 +73,15 @@ pub fn shapes() -> Vec<Shape> {
         },
         Shape {
             name: "swa4k-at-16k",
-            kind: GroupKind::SlidingWindow { window_tokens: 4096 },
+            kind: GroupKind::SlidingWindow { sliding_window: 4096 },
             ctx_tokens: 16384,
             ..base.clone()
         },
         Shape {
             name: "chunk8k-at-12k",
-            kind: GroupKind::ChunkedLocal { chunk_tokens: 8192 },
+            kind: GroupKind::ChunkedLocal {
+                attention_chunk_size: 8192,
+            },
             ctx_tokens: 12288,
             ..base.clone()
         },
@@ -519,7 +521,7 @@ pub fn markdown(rows: &[BandwidthRow]) -> String {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {}x{} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1}% | {:.1}% | {:.1} | {:.1}% | {} | {} |\n",
             sh.name,
-            sh.kind.name(),
+            sh.kind.device_name(),
             sh.batch,
             sh.ctx_tokens,
             sh.attended_tokens(),
@@ -577,7 +579,7 @@ mod tests {
         let sw = Shape {
             batch: 2,
             ctx_tokens: 5000,
-            kind: GroupKind::SlidingWindow { window_tokens: 1000 },
+            kind: GroupKind::SlidingWindow { sliding_window: 1000 },
             ..shapes()[0].clone()
         };
         let (fill, decode) = sw.programs(2);

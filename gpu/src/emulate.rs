@@ -424,11 +424,11 @@ mod tests {
 
     #[test]
     fn emulated_mma_kernel_matches_reference() {
-        check(GroupKind::Full, 16, 2, 8, 64, 100, 128, false);
-        check(GroupKind::Full, 16, 1, 16, 128, 77, 128, false);
-        check(GroupKind::Full, 32, 2, 2, 64, 200, 128, false);
+        check(GroupKind::FullAttention, 16, 2, 8, 64, 100, 128, false);
+        check(GroupKind::FullAttention, 16, 1, 16, 128, 77, 128, false);
+        check(GroupKind::FullAttention, 32, 2, 2, 64, 200, 128, false);
         check(
-            GroupKind::SlidingWindow { window_tokens: 48 },
+            GroupKind::SlidingWindow { sliding_window: 48 },
             16,
             1,
             4,
@@ -438,7 +438,9 @@ mod tests {
             false,
         );
         check(
-            GroupKind::ChunkedLocal { chunk_tokens: 64 },
+            GroupKind::ChunkedLocal {
+                attention_chunk_size: 64,
+            },
             16,
             1,
             4,
@@ -447,11 +449,11 @@ mod tests {
             128,
             false,
         );
-        check(GroupKind::Full, 16, 1, 32, 64, 60, 128, false); // two head tiles
+        check(GroupKind::FullAttention, 16, 1, 32, 64, 60, 128, false); // two head tiles
     }
 
     #[test]
     fn emulated_verification_catches_an_unwritten_block() {
-        check(GroupKind::Full, 16, 1, 4, 64, 64, 128, true);
+        check(GroupKind::FullAttention, 16, 1, 4, 64, 64, 128, true);
     }
 }

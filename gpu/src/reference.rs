@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn one_position_returns_its_value_row() {
-        let g = group(GroupKind::Full);
+        let g = group(GroupKind::FullAttention);
         let q: Vec<u16> = (0..64).map(|d| query_bits(1, 0, 0, 0, d / 32, d % 32)).collect();
         let out = decode_attention(&g, &[7], &q);
         for d in 0..32u32 {
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn zero_query_averages_the_window() {
-        let g = group(GroupKind::SlidingWindow { window_tokens: 3 });
+        let g = group(GroupKind::SlidingWindow { sliding_window: 3 });
         let tokens = [1, 2, 3, 4, 5];
         let out = decode_attention(&g, &tokens, &[f32_to_bf16(0.0); 64]);
         let mean: f64 = (2..5u32)
@@ -127,7 +127,7 @@ mod tests {
     fn mla_reads_the_latent_as_value() {
         let g = GroupLayout {
             kind: GroupKind::Mla,
-            ..group(GroupKind::Full)
+            ..group(GroupKind::FullAttention)
         };
         let out = decode_attention(&g, &[11], &[f32_to_bf16(0.5); 64]);
         let v = f64::from(bf16_to_f32(kv_bits(11, 0, 0, 0, 5, PLANE_K)));

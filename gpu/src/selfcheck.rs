@@ -32,9 +32,9 @@ pub const G_SMALL: GroupId = GroupId(7);
 /// blocks (4 heads).
 pub const G_MLA_NARROW: GroupId = GroupId(8);
 /// Window of [`G_SMALL`].
-pub const SMALL_WINDOW: u32 = 10;
+pub const SMALL_WINDOW: u64 = 10;
 /// Window of [`G_SWA`].
-pub const WINDOW: u32 = 48;
+pub const WINDOW: u64 = 48;
 
 fn attn(kind: GroupKind, bs: u32, layers: u32, kv: u32, q: u32, dim: u32, blocks: u32) -> GroupLayout {
     GroupLayout {
@@ -52,12 +52,30 @@ fn attn(kind: GroupKind, bs: u32, layers: u32, kv: u32, q: u32, dim: u32, blocks
 pub fn layout() -> DeviceLayout {
     DeviceLayout {
         groups: vec![
-            attn(GroupKind::Full, 16, 2, 2, 8, 128, 48),
-            attn(GroupKind::SlidingWindow { window_tokens: WINDOW }, 16, 2, 2, 8, 128, 48),
-            attn(GroupKind::ChunkedLocal { chunk_tokens: 64 }, 16, 1, 1, 16, 64, 32),
+            attn(GroupKind::FullAttention, 16, 2, 2, 8, 128, 48),
+            attn(
+                GroupKind::SlidingWindow { sliding_window: WINDOW },
+                16,
+                2,
+                2,
+                8,
+                128,
+                48,
+            ),
+            attn(
+                GroupKind::ChunkedLocal {
+                    attention_chunk_size: 64,
+                },
+                16,
+                1,
+                1,
+                16,
+                64,
+                32,
+            ),
             attn(GroupKind::Mla, 16, 2, 1, 16, 576, 32),
             GroupLayout {
-                kind: GroupKind::MambaState,
+                kind: GroupKind::MAMBA_STATE,
                 block_size_tokens: 16,
                 layers: 2,
                 kv_heads: 4,
@@ -65,11 +83,11 @@ pub fn layout() -> DeviceLayout {
                 head_dim: 64,
                 blocks_total: 8,
             },
-            attn(GroupKind::Full, 32, 1, 2, 2, 256, 16),
-            attn(GroupKind::Full, 16, 1, 1, 32, 128, 16),
+            attn(GroupKind::FullAttention, 32, 1, 2, 2, 256, 16),
+            attn(GroupKind::FullAttention, 16, 1, 1, 32, 128, 16),
             attn(
                 GroupKind::SlidingWindow {
-                    window_tokens: SMALL_WINDOW,
+                    sliding_window: SMALL_WINDOW,
                 },
                 4,
                 2,
@@ -516,7 +534,7 @@ fn check_outputs(program: &GpuProgram, report: &ExecReport, o: &mut SelfCheckOut
             out.step,
             out.req,
             out.group,
-            g.kind.name(),
+            g.kind.device_name(),
             tokens.len(),
             g.head_dim,
             g.gqa_group(),

@@ -19,26 +19,14 @@
 
 use crate::device::ids::GroupId;
 
-/// The kind of one cache group, mirroring vLLM's KV-cache specs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupKind {
-    /// Full attention: a decode reads every position `0..ctx`.
-    Full,
-    /// Multi-head latent attention: one latent head per position, K = V = the latent.
-    Mla,
-    /// Sliding window: a decode reads the last `window_tokens` positions only.
-    SlidingWindow { window_tokens: u32 },
-    /// Chunked local attention: a decode reads the current chunk only.
-    ChunkedLocal { chunk_tokens: u32 },
-    /// Mamba / KDA recurrent state: one state block per request (and per cached prefix).
-    MambaState,
-}
+/// The kind of one cache group: the model's own (one definition, with its read range).
+pub use crate::kv::GroupKind;
 
 /// One cache group's shape and pool size.
 ///
 /// Field meanings per kind: for attention kinds `kv_heads`, `q_heads` and `head_dim` are the
 /// usual ones; for [`GroupKind::Mla`] `kv_heads` must be 1, `head_dim` is the latent width and
-/// `q_heads` the attention heads; for [`GroupKind::MambaState`] `kv_heads` is the number of state
+/// `q_heads` the attention heads; for [`GroupKind::Mamba { .. }`] `kv_heads` is the number of state
 /// heads, `head_dim` the f32 state elements per head, `q_heads` is unused and
 /// `block_size_tokens` is not used on the device.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -79,49 +67,12 @@ pub const MLA_MAX_LATENT_DIM: u32 = 1024;
 /// Largest `top_k` a `Moe` op takes.
 pub const MOE_MAX_TOP_K: u32 = 8;
 
-impl GroupKind {
-    /// True for the kinds a `DecodeAttention` op reads (everything but recurrent state).
-    pub fn is_attention(self) -> bool {
-        !matches!(self, GroupKind::MambaState)
-    }
-
-    /// Short name for tables and messages.
-    pub fn name(self) -> String {
-        match self {
-            GroupKind::Full => "full".to_string(),
-            GroupKind::Mla => "mla".to_string(),
-            GroupKind::SlidingWindow { window_tokens } => {
-                format!("sliding_window({window_tokens})")
-            }
-            GroupKind::ChunkedLocal { chunk_tokens } => format!("chunked_local({chunk_tokens})"),
-            GroupKind::MambaState => "mamba_state".to_string(),
-        }
-    }
-
-    /// The positions a decode with `ctx_tokens` positions in cache (the current token's K/V
-    /// included) attends to: `lo..ctx_tokens`.
-    pub fn attend_range(self, ctx_tokens: u32) -> std::ops::Range<u32> {
-        let lo = match self {
-            GroupKind::Full | GroupKind::Mla | GroupKind::MambaState => 0,
-            GroupKind::SlidingWindow { window_tokens } => ctx_tokens.saturating_sub(window_tokens),
-            GroupKind::ChunkedLocal { chunk_tokens } => {
-                if ctx_tokens == 0 {
-                    0
-                } else {
-                    (ctx_tokens - 1) / chunk_tokens * chunk_tokens
-                }
-            }
-        };
-        lo..ctx_tokens
-    }
-}
-
 impl GroupLayout {
     /// K and V planes per layer: 2 for attention, 1 for MLA (K = V), 0 for state.
     pub fn planes(&self) -> u32 {
         match self.kind {
             GroupKind::Mla => 1,
-            GroupKind::MambaState => 0,
+            GroupKind::Mamba { .. } => 0,
             _ => 2,
         }
     }
@@ -129,7 +80,7 @@ impl GroupLayout {
     /// Bytes of one element: bf16 for K/V and latents, f32 for recurrent state.
     pub fn elem_bytes(&self) -> u64 {
         match self.kind {
-            GroupKind::MambaState => 4,
+            GroupKind::Mamba { .. } => 4,
             _ => 2,
         }
     }
@@ -139,7 +90,7 @@ impl GroupLayout {
         let layers = u64::from(self.layers);
         let heads = u64::from(self.kv_heads);
         match self.kind {
-            GroupKind::MambaState => layers * heads * u64::from(self.head_dim),
+            GroupKind::Mamba { .. } => layers * heads * u64::from(self.head_dim),
             _ => {
                 layers
                     * u64::from(self.planes())
@@ -188,7 +139,7 @@ impl GroupLayout {
     /// Every problem with this group's shape, each message naming the group.
     pub fn problems(&self, group: GroupId) -> Vec<String> {
         let mut out = Vec::new();
-        let mut bad = |msg: String| out.push(format!("{group} ({}): {msg}", self.kind.name()));
+        let mut bad = |msg: String| out.push(format!("{group} ({}): {msg}", self.kind.device_name()));
         if self.layers == 0 {
             bad("layers must be > 0".into());
         }
@@ -202,7 +153,7 @@ impl GroupLayout {
             ));
         }
         match self.kind {
-            GroupKind::MambaState => {
+            GroupKind::Mamba { .. } => {
                 if self.head_dim < 4 || !self.head_dim.is_multiple_of(4) {
                     bad(format!("state_dim {} must be a multiple of 4, >= 4", self.head_dim));
                 }
@@ -234,8 +185,10 @@ impl GroupLayout {
                     ));
                 }
                 match kind {
-                    GroupKind::SlidingWindow { window_tokens: 0 } => bad("window_tokens must be > 0".into()),
-                    GroupKind::ChunkedLocal { chunk_tokens: 0 } => bad("chunk_tokens must be > 0".into()),
+                    GroupKind::SlidingWindow { sliding_window: 0 } => bad("window_tokens must be > 0".into()),
+                    GroupKind::ChunkedLocal {
+                        attention_chunk_size: 0,
+                    } => bad("chunk_tokens must be > 0".into()),
                     _ => {}
                 }
             }
@@ -302,7 +255,7 @@ mod tests {
 
     fn full(bs: u32) -> GroupLayout {
         GroupLayout {
-            kind: GroupKind::Full,
+            kind: GroupKind::FullAttention,
             block_size_tokens: bs,
             layers: 2,
             kv_heads: 8,
@@ -328,7 +281,7 @@ mod tests {
         assert_eq!(mla.block_bytes(), 2 * 64 * 584 * 2);
         assert_eq!(mla.kv_bytes_per_position(), 2 * 576 * 2);
         let mamba = GroupLayout {
-            kind: GroupKind::MambaState,
+            kind: GroupKind::MAMBA_STATE,
             kv_heads: 4,
             head_dim: 64,
             ..full(16)
@@ -344,13 +297,15 @@ mod tests {
 
     #[test]
     fn attend_ranges() {
-        assert_eq!(GroupKind::Full.attend_range(100), 0..100);
+        assert_eq!(GroupKind::FullAttention.attend_range(100), 0..100);
         assert_eq!(
-            GroupKind::SlidingWindow { window_tokens: 32 }.attend_range(100),
+            GroupKind::SlidingWindow { sliding_window: 32 }.attend_range(100),
             68..100
         );
-        assert_eq!(GroupKind::SlidingWindow { window_tokens: 32 }.attend_range(20), 0..20);
-        let chunked = GroupKind::ChunkedLocal { chunk_tokens: 64 };
+        assert_eq!(GroupKind::SlidingWindow { sliding_window: 32 }.attend_range(20), 0..20);
+        let chunked = GroupKind::ChunkedLocal {
+            attention_chunk_size: 64,
+        };
         assert_eq!(chunked.attend_range(64), 0..64);
         assert_eq!(chunked.attend_range(65), 64..65);
         assert_eq!(chunked.attend_range(130), 128..130);

@@ -55,7 +55,7 @@ impl AttnKernel {
     pub fn for_group(g: &GroupLayout) -> Option<AttnKernel> {
         let group = g.gqa_group().max(1);
         match g.kind {
-            GroupKind::MambaState => None,
+            GroupKind::Mamba { .. } => None,
             GroupKind::Mla if latent_mma_takes(g.head_dim) => Some(AttnKernel::LatentMma {
                 latent_dim: g.head_dim,
                 head_tile: largest_divisor_at_most(group, 16),
@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn kernel_choice_and_head_tiles() {
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Full, 8, 128)),
+            AttnKernel::for_group(&group(GroupKind::FullAttention, 8, 128)),
             Some(AttnKernel::Mma {
                 head_dim: 128,
                 head_tile: 4
@@ -327,11 +327,11 @@ mod tests {
         );
         // 2 kv heads x 32 q heads each: 16 per CTA at D=128, 8 at D=256.
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Full, 64, 128)).map(AttnKernel::head_tile),
+            AttnKernel::for_group(&group(GroupKind::FullAttention, 64, 128)).map(AttnKernel::head_tile),
             Some(16)
         );
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Full, 64, 256)).map(AttnKernel::head_tile),
+            AttnKernel::for_group(&group(GroupKind::FullAttention, 64, 256)).map(AttnKernel::head_tile),
             Some(8)
         );
         // MLA widths that split into four warps of whole MMA steps take the tensor-core latent
@@ -378,15 +378,15 @@ mod tests {
             AttnKernel::for_group(&group(GroupKind::Mla, 16, 1024)).map(AttnKernel::head_tile),
             Some(1)
         );
-        assert_eq!(AttnKernel::for_group(&group(GroupKind::MambaState, 2, 64)), None);
+        assert_eq!(AttnKernel::for_group(&group(GroupKind::MAMBA_STATE, 2, 64)), None);
         // Shapes the tensor-core kernel does not take fall back to the generic kernel.
         assert_eq!(
-            AttnKernel::for_group(&group(GroupKind::Full, 8, 8)),
+            AttnKernel::for_group(&group(GroupKind::FullAttention, 8, 8)),
             Some(AttnKernel::Generic { head_dim: 8 })
         );
         let bs4 = GroupLayout {
             block_size_tokens: 4,
-            ..group(GroupKind::SlidingWindow { window_tokens: 4 }, 8, 128)
+            ..group(GroupKind::SlidingWindow { sliding_window: 4 }, 8, 128)
         };
         assert_eq!(AttnKernel::for_group(&bs4), Some(AttnKernel::Generic { head_dim: 128 }));
         assert_eq!(AttnKernel::Generic { head_dim: 8 }.head_tile(), 1);
@@ -444,9 +444,9 @@ mod tests {
     #[test]
     fn decode_expectations_follow_the_window() {
         let tokens: Vec<u32> = (0..100).map(|i| i * 3 + 1).collect();
-        let full = decode_expect(&group(GroupKind::Full, 8, 128), &tokens);
+        let full = decode_expect(&group(GroupKind::FullAttention, 8, 128), &tokens);
         assert_eq!(full.reads, 100 * 2 * 2);
-        let sw = decode_expect(&group(GroupKind::SlidingWindow { window_tokens: 32 }, 8, 128), &tokens);
+        let sw = decode_expect(&group(GroupKind::SlidingWindow { sliding_window: 32 }, 8, 128), &tokens);
         assert_eq!(sw.reads, 32 * 2 * 2);
         let tail: u64 = (68..100u32).fold(0u64, |a, p| a.wrapping_add(packed_tag(tokens[p as usize], p)));
         assert_eq!(sw.checksum, tail.wrapping_mul(4).wrapping_mul(2));
@@ -459,10 +459,10 @@ mod tests {
     #[test]
     fn state_expectation() {
         let g = GroupLayout {
-            kind: GroupKind::MambaState,
+            kind: GroupKind::MAMBA_STATE,
             kv_heads: 4,
             head_dim: 64,
-            ..group(GroupKind::Full, 4, 64)
+            ..group(GroupKind::FullAttention, 4, 64)
         };
         let (digest, e) = state_expect(&g, &[5, 6]);
         assert_eq!(digest, StateDigest::of(&[5, 6]));

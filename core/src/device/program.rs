@@ -9,7 +9,7 @@
 //! from a plan to this will live beside it.
 
 use crate::device::ids::{BlockId, GroupId, PointId, ReqId};
-use crate::device::layout::{DeviceLayout, GroupKind, GroupLayout, MOE_MAX_TOP_K};
+use crate::device::layout::{DeviceLayout, GroupLayout, MOE_MAX_TOP_K};
 use std::collections::BTreeSet;
 
 /// A layout and the steps to run over it.
@@ -273,7 +273,7 @@ impl GpuProgram {
                 }
             }
             GpuOp::StateUpdate(u) => match self.group_of(u.group, at, out) {
-                Some(g) if g.kind != GroupKind::MambaState => {
+                Some(g) if g.kind.is_attention() => {
                     out.push(format!("{at}: state update in attention group {}", u.group))
                 }
                 Some(g) => {
@@ -341,13 +341,13 @@ impl GpuProgram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::layout::MoeLayout;
+    use crate::device::layout::{GroupKind, MoeLayout};
 
     fn layout() -> DeviceLayout {
         DeviceLayout {
             groups: vec![
                 GroupLayout {
-                    kind: GroupKind::Full,
+                    kind: GroupKind::FullAttention,
                     block_size_tokens: 16,
                     layers: 1,
                     kv_heads: 1,
@@ -356,7 +356,7 @@ mod tests {
                     blocks_total: 8,
                 },
                 GroupLayout {
-                    kind: GroupKind::MambaState,
+                    kind: GroupKind::MAMBA_STATE,
                     block_size_tokens: 16,
                     layers: 1,
                     kv_heads: 2,

@@ -10,16 +10,6 @@ use crate::kv::{GroupKind, MambaMode, RequestStatus, NULL_BLOCK};
 use crate::plan::BatchEntry;
 
 impl Engine {
-    /// Positions of group `g` that a request with `c` computed tokens reads.
-    pub(super) fn read_range(kind: GroupKind, c: u64) -> u64 {
-        match kind {
-            GroupKind::FullAttention | GroupKind::Mla => 0,
-            GroupKind::SlidingWindow { sliding_window } => (c + 1).saturating_sub(sliding_window),
-            GroupKind::ChunkedLocal { attention_chunk_size } => c / attention_chunk_size * attention_chunk_size,
-            GroupKind::Mamba { .. } => c,
-        }
-    }
-
     pub(super) fn state_index(kind: GroupKind, bs: u64, n: u64) -> usize {
         match kind {
             GroupKind::Mamba {
@@ -110,7 +100,8 @@ impl Engine {
                     self.content[block as usize] = Some(r.prefix[g].state_tag(&tokens, end as usize));
                     continue;
                 }
-                let lo = Self::read_range(kind, c);
+                // The forward's query sits at position c: its context is c + 1 positions.
+                let lo = kind.attend_start(c + 1);
                 if lo > 0 && lo.is_multiple_of(bs) && matches!(kind, GroupKind::SlidingWindow { .. }) {
                     *self.events.entry("window-edge").or_default() += 1;
                 }

@@ -2,12 +2,11 @@
 //! `spec/invariants.md` and is checked in exactly one function.
 
 pub mod catalog;
-pub mod id;
 pub mod model;
 pub mod planner;
 pub mod ranks;
 pub mod record;
 mod violation;
 
-pub use id::InvariantId;
+pub use catalog::InvariantId;
 pub use violation::Violation;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::id::InvariantId;
+use super::InvariantId;
 
 /// A broken invariant: its ID and the part of the state that breaks it.
 #[derive(Clone, Debug, PartialEq, Eq)]

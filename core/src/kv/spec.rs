@@ -30,6 +30,12 @@ pub enum GroupKind {
 }
 
 impl GroupKind {
+    /// Recurrent state as the device holds it (one state block per request; the cache mode
+    /// is the host's business).
+    pub const MAMBA_STATE: GroupKind = GroupKind::Mamba {
+        mamba_cache_mode: MambaMode::Align,
+    };
+
     /// Kinds whose spec is a `FullAttentionSpec` (sorted first by the hybrid coordinator).
     pub fn is_full_attention_spec(self) -> bool {
         matches!(self, GroupKind::FullAttention | GroupKind::Mla)
@@ -46,6 +52,41 @@ impl GroupKind {
                 n.div_euclid(c) * c
             }
             GroupKind::Mamba { .. } => n - 1,
+        }
+    }
+
+    /// The first position a read sees with `ctx` positions in cache, the reader's own
+    /// included: full attention and MLA see them all, a sliding window the last `window`,
+    /// chunked local the current chunk; recurrent state is read whole. The engine's content
+    /// checks and the device lowering both ask this one function.
+    pub fn attend_start(self, ctx: u64) -> u64 {
+        match self {
+            GroupKind::FullAttention | GroupKind::Mla | GroupKind::Mamba { .. } => 0,
+            GroupKind::SlidingWindow { sliding_window } => ctx.saturating_sub(sliding_window),
+            GroupKind::ChunkedLocal { attention_chunk_size } => {
+                ctx.saturating_sub(1) / attention_chunk_size * attention_chunk_size
+            }
+        }
+    }
+
+    /// The positions a decode with `ctx_tokens` positions in cache attends to.
+    pub fn attend_range(self, ctx_tokens: u32) -> std::ops::Range<u32> {
+        self.attend_start(u64::from(ctx_tokens)) as u32..ctx_tokens
+    }
+
+    /// True for the kinds an attention read reads (everything but recurrent state).
+    pub fn is_attention(self) -> bool {
+        !matches!(self, GroupKind::Mamba { .. })
+    }
+
+    /// Short name with the kind's size, for device tables and messages.
+    pub fn device_name(self) -> String {
+        match self {
+            GroupKind::FullAttention => "full".to_string(),
+            GroupKind::Mla => "mla".to_string(),
+            GroupKind::SlidingWindow { sliding_window } => format!("sliding_window({sliding_window})"),
+            GroupKind::ChunkedLocal { attention_chunk_size } => format!("chunked_local({attention_chunk_size})"),
+            GroupKind::Mamba { .. } => "mamba_state".to_string(),
         }
     }
 

@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[]), 0.0);
         let g = GroupLayout {
-            kind: GroupKind::SlidingWindow { window_tokens: 100 },
+            kind: GroupKind::SlidingWindow { sliding_window: 100 },
             block_size_tokens: 16,
             layers: 1,
             kv_heads: 8,

@@ -325,7 +325,10 @@ impl GpuExecutor {
     /// Reads a state block back (`[layer][head][state_dim]` f32; elements 0 and 1 are the digest).
     pub fn read_state_block(&self, group: GroupId, block: BlockId) -> Result<Vec<f32>, GpuError> {
         let g = &self.layout.groups[group.0 as usize];
-        assert_eq!(g.kind, GroupKind::MambaState, "state blocks live in state groups");
+        assert!(
+            matches!(g.kind, GroupKind::Mamba { .. }),
+            "state blocks live in state groups"
+        );
         let bytes = g.block_bytes() as usize;
         let view = self.pools[group.0 as usize].slice(block.0 as usize * bytes..(block.0 as usize + 1) * bytes);
         let raw = self.stream.clone_dtoh(&view)?;
@@ -362,7 +365,7 @@ mod tests {
     fn executor_runs_or_skips() {
         let layout = DeviceLayout {
             groups: vec![GroupLayout {
-                kind: GroupKind::Full,
+                kind: GroupKind::FullAttention,
                 block_size_tokens: 16,
                 layers: 1,
                 kv_heads: 1,

@@ -3,7 +3,7 @@
 
 use super::{LowerError, LowerOptions};
 use crate::device::layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout, MLA_MAX_LATENT_DIM, MMA_MAX_HEAD_DIM};
-use crate::plan::{GroupKindName, Plan};
+use crate::plan::Plan;
 
 fn round_up(x: u32, m: u32) -> u32 {
     x.div_ceil(m) * m
@@ -18,17 +18,9 @@ pub fn device_layout(plan: &Plan, opts: &LowerOptions) -> Result<(DeviceLayout, 
         for (i, g) in s.model.groups.iter().enumerate() {
             let bs = u32::try_from(g.block_size)
                 .map_err(|_| LowerError::Unsupported(format!("group {i}: block size {}", g.block_size)))?;
-            let kind = match g.kind {
-                GroupKindName::FullAttention => GroupKind::Full,
-                GroupKindName::Mla => GroupKind::Mla,
-                GroupKindName::SlidingWindow => GroupKind::SlidingWindow {
-                    window_tokens: g.sliding_window.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-                },
-                GroupKindName::ChunkedLocal => GroupKind::ChunkedLocal {
-                    chunk_tokens: g.attention_chunk_size.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-                },
-                GroupKindName::Mamba => GroupKind::MambaState,
-            };
+            let kind = g
+                .group_kind(s.scheduler.enable_caching)
+                .ok_or_else(|| LowerError::Unsupported(format!("group {i}: {:?} without its size", g.kind)))?;
             let (kv_heads, q_heads, head_dim) = match kind {
                 GroupKind::Mla => {
                     let d = round_up(g.head_dim.max(8), 8);
@@ -40,7 +32,7 @@ pub fn device_layout(plan: &Plan, opts: &LowerOptions) -> Result<(DeviceLayout, 
                     }
                     (1, opts.mla_q_heads, d)
                 }
-                GroupKind::MambaState => (g.kv_heads, g.kv_heads, round_up(g.head_dim.max(4), 4)),
+                GroupKind::Mamba { .. } => (g.kv_heads, g.kv_heads, round_up(g.head_dim.max(4), 4)),
                 _ => {
                     let d = round_up(g.head_dim.max(4), 4);
                     if d > MMA_MAX_HEAD_DIM {
