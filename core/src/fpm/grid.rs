@@ -14,12 +14,14 @@
 //! - [`config`]: `GridConfig`, the capacity envelope and the `BlockNeed` hook (§1.1, §1.3, §2.2);
 //! - [`prefill`] / [`decode`]: grid generation and feasibility (§1.4, §1.5);
 //! - [`order`]: replicas, phase order, numbering and the digest (§1.6, §1.7);
+//! - [`json`]: the canonical JSON points are hashed and compared by (a leaf: no grid imports);
 //! - [`measure`]: decode admission, steady-step repeats and the retained FPM (§1.10, §1.11).
 
 pub mod axis;
 pub mod config;
 pub mod cudagraph;
 pub mod decode;
+pub mod json;
 pub mod measure;
 pub mod order;
 pub mod point;
@@ -40,13 +42,14 @@ pub use decode::{
     decode_capture_sizes, decode_context_lengths, decode_feasible_max_batch_size, decode_kv_read_points,
     decode_point_feasible, decode_steady_kv_tokens, generate_decode_grid, max_decode_kv_read_tokens,
 };
+pub use json::canonical_json;
 pub use measure::{
     decode_admission, decode_step_plan, select_retained, DecodeAdmission, DecodeStepInput, DecodeStepPlan,
     EstimateMethod, GiantKvPolicy, RetainedFpm,
 };
 pub use order::{
-    assemble_phases, build_grid, canonical_json, eager_warmup_points, generate_phases, grid_digest, number_points,
-    point_digest, GeneratedPhases, Grid, GridEntry, GridError,
+    assemble_phases, build_grid, eager_warmup_points, generate_phases, grid_digest, number_points, point_digest,
+    GeneratedPhases, Grid, GridEntry, GridError,
 };
 pub use point::{BenchmarkPoint, PointCoordinate, PointKey, PointType, SampleReason};
 pub use prefill::{

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::scenario::{GroupKindName, Scenario};
-use super::steps::{Plan, PlanOp};
+use super::steps::{Plan, PlanOp, ShadowGroup, Step};
 use super::tokens::Tokens;
 
 /// Why a plan cannot be run.
@@ -104,189 +104,259 @@ pub fn validate(plan: &Plan) -> Result<(), PlanError> {
     }
     let s = &plan.scenario;
     validate_scenario(s)?;
-    let (pool, groups, mml) = (s.pool_blocks, s.model.groups.len() as u32, s.scheduler.max_model_len);
-    // Per rank: request id → finished?
-    let mut live: BTreeMap<(u32, String), bool> = BTreeMap::new();
+    let dims = Dims {
+        pool: s.pool_blocks,
+        groups: s.model.groups.len() as u32,
+        mml: s.scheduler.max_model_len,
+        vocab: s.model.vocab_size,
+    };
+    let mut live = Lifecycles::new();
     let mut seen_steps: BTreeSet<(u64, u32)> = BTreeSet::new();
     let mut last_step = 0u64;
     for (k, st) in plan.steps.iter().enumerate() {
         let sp = format!("$.steps[{k}]");
-        if st.rank >= s.dp_ranks {
-            return Err(bad(
-                format!("{sp}.rank"),
-                format!("rank {} but the scenario has {} ranks", st.rank, s.dp_ranks),
-            ));
-        }
-        if st.step < last_step {
-            return Err(bad(
-                format!("{sp}.step"),
-                format!("step {} after step {last_step}", st.step),
-            ));
-        }
-        if !seen_steps.insert((st.step, st.rank)) {
-            return Err(bad(
-                format!("{sp}.step"),
-                format!("step {} of rank {} appears twice", st.step, st.rank),
-            ));
-        }
+        check_step_order(&sp, st, s.dp_ranks, last_step, &mut seen_steps)?;
         last_step = st.step;
         for (j, op) in st.ops.iter().enumerate() {
-            let op_path = format!("{sp}.ops[{j}]");
-            let need_live = |req: &str, live: &BTreeMap<(u32, String), bool>| -> Result<(), PlanError> {
-                match live.get(&(st.rank, req.to_string())) {
-                    None => Err(bad(format!("{op_path}.req"), format!("unknown request \"{req}\""))),
-                    Some(true) => Err(bad(
-                        format!("{op_path}.req"),
-                        format!("request \"{req}\" is already finished"),
-                    )),
-                    Some(false) => Ok(()),
-                }
+            let at = OpAt {
+                path: format!("{sp}.ops[{j}]"),
+                rank: st.rank,
             };
-            match op {
-                PlanOp::AddRequest { req, prompt, .. } => {
-                    if live.get(&(st.rank, req.clone())) == Some(&false) {
-                        return Err(bad(
-                            format!("{op_path}.req"),
-                            format!("request \"{req}\" is already live"),
-                        ));
-                    }
-                    if prompt.is_empty() || prompt.len() >= mml {
-                        return Err(bad(
-                            format!("{op_path}.prompt"),
-                            format!("length {} not in [1, max_model_len={mml})", prompt.len()),
-                        ));
-                    }
-                    match prompt {
-                        Tokens::Ids { ids } => {
-                            if let Some(t) = ids.iter().find(|&&t| t >= s.model.vocab_size) {
-                                return Err(bad(format!("{op_path}.prompt.ids"), format!("token {t} >= vocab_size")));
-                            }
-                        }
-                        Tokens::PyChoices { low, high, .. } => {
-                            if *high > s.model.vocab_size {
-                                return Err(bad(
-                                    format!("{op_path}.prompt.high"),
-                                    format!("{high} > vocab_size={}", s.model.vocab_size),
-                                ));
-                            }
-                            if low >= high {
-                                return Err(bad(
-                                    format!("{op_path}.prompt.low"),
-                                    format!("range({low}, {high}) is empty"),
-                                ));
-                            }
-                        }
-                        Tokens::Salted { .. } => {}
-                    }
-                    live.insert((st.rank, req.clone()), false);
-                }
-                PlanOp::Schedule {
-                    req,
-                    num_new_tokens,
-                    expect,
-                    ..
-                } => {
-                    need_live(req, &live)?;
-                    if *num_new_tokens == 0 {
-                        return Err(bad(format!("{op_path}.num_new_tokens"), "must be >= 1"));
-                    }
-                    if let Some(t) = &expect.tables {
-                        if t.len() as u32 != groups {
-                            return Err(bad(
-                                format!("{op_path}.expect.tables"),
-                                format!("{} tables for {groups} groups", t.len()),
-                            ));
-                        }
-                        for (g, table) in t.iter().enumerate() {
-                            check_blocks(&format!("{op_path}.expect.tables[{g}]"), table, pool)?;
-                        }
-                    }
-                }
-                PlanOp::Forward { batch } => {
-                    for (b, e) in batch.iter().enumerate() {
-                        need_live(&e.req, &live).map_err(|_| {
-                            bad(
-                                format!("{op_path}.batch[{b}].req"),
-                                format!("request \"{}\" is not live", e.req),
-                            )
-                        })?;
-                    }
-                }
-                PlanOp::CacheBlocks { req, .. } | PlanOp::Preempt { req } => need_live(req, &live)?,
-                PlanOp::Finish { req, .. } | PlanOp::Shed { req, .. } => {
-                    need_live(req, &live)?;
-                    live.insert((st.rank, req.clone()), true);
-                }
-                PlanOp::RegisterShadow {
-                    shadow,
-                    chain,
-                    groups: sg,
-                    ..
-                } => {
-                    need_live(chain, &live).map_err(|e| bad(format!("{op_path}.chain"), e.to_string()))?;
-                    if !sg.is_empty() && sg.len() as u32 > groups {
-                        return Err(bad(
-                            format!("{op_path}.groups"),
-                            format!("{} groups for a {groups}-group layout", sg.len()),
-                        ));
-                    }
-                    for (g, grp) in sg.iter().enumerate() {
-                        check_blocks(&format!("{op_path}.groups[{g}].shared"), &grp.shared, pool)?;
-                        check_blocks(&format!("{op_path}.groups[{g}].tail"), &grp.tail, pool)?;
-                        check_blocks(
-                            &format!("{op_path}.groups[{g}].cow_from"),
-                            grp.cow_from.as_slice(),
-                            pool,
-                        )?;
-                        check_blocks(&format!("{op_path}.groups[{g}].cow_more"), &grp.cow_more, pool)?;
-                        if grp.cow_more.len() >= grp.tail.len().max(1) {
-                            return Err(bad(
-                                format!("{op_path}.groups[{g}].cow_more"),
-                                format!(
-                                    "{} extra copy sources for a {}-block tail",
-                                    grp.cow_more.len(),
-                                    grp.tail.len()
-                                ),
-                            ));
-                        }
-                    }
-                    if live.get(&(st.rank, shadow.clone())) == Some(&false) {
-                        return Err(bad(
-                            format!("{op_path}.shadow"),
-                            format!("request \"{shadow}\" is already live"),
-                        ));
-                    }
-                    live.insert((st.rank, shadow.clone()), false);
-                }
-                PlanOp::Observe(obs) => {
-                    for (req, t) in &obs.tables {
-                        if t.len() as u32 != groups {
-                            return Err(bad(
-                                format!("{op_path}.tables.{req}"),
-                                format!("{} tables for {groups} groups", t.len()),
-                            ));
-                        }
-                        for (g, table) in t.iter().enumerate() {
-                            check_blocks(&format!("{op_path}.tables.{req}[{g}]"), table, pool)?;
-                        }
-                    }
-                }
-                PlanOp::ZeroBlocks { group, blocks } => {
-                    if *group >= groups {
-                        return Err(bad(format!("{op_path}.group"), format!("group {group} of {groups}")));
-                    }
-                    check_blocks(&format!("{op_path}.blocks"), blocks, pool)?;
-                }
-                PlanOp::CopyBlock { group, src, dst } => {
-                    if *group >= groups {
-                        return Err(bad(format!("{op_path}.group"), format!("group {group} of {groups}")));
-                    }
-                    check_blocks(&format!("{op_path}.src"), &[*src, *dst], pool)?;
-                }
-                _ => {}
-            }
+            validate_op(&at, op, dims, &mut live)?;
         }
     }
+    Ok(())
+}
+
+/// Per rank: request id → finished?
+type Lifecycles = BTreeMap<(u32, String), bool>;
+
+/// The scenario's sizes an op is checked against.
+#[derive(Clone, Copy)]
+struct Dims {
+    pool: u32,
+    groups: u32,
+    mml: u64,
+    vocab: u64,
+}
+
+/// Where an op sits: its JSON path and its step's rank.
+struct OpAt {
+    path: String,
+    rank: u32,
+}
+
+/// A step's rank exists, and steps come in order, each (step, rank) once.
+fn check_step_order(
+    sp: &str,
+    st: &Step,
+    dp_ranks: u32,
+    last_step: u64,
+    seen_steps: &mut BTreeSet<(u64, u32)>,
+) -> Result<(), PlanError> {
+    if st.rank >= dp_ranks {
+        return Err(bad(
+            format!("{sp}.rank"),
+            format!("rank {} but the scenario has {} ranks", st.rank, dp_ranks),
+        ));
+    }
+    if st.step < last_step {
+        return Err(bad(
+            format!("{sp}.step"),
+            format!("step {} after step {last_step}", st.step),
+        ));
+    }
+    if !seen_steps.insert((st.step, st.rank)) {
+        return Err(bad(
+            format!("{sp}.step"),
+            format!("step {} of rank {} appears twice", st.step, st.rank),
+        ));
+    }
+    Ok(())
+}
+
+/// `req` is a live (added, not finished) request of the op's rank.
+fn need_live(at: &OpAt, req: &str, live: &Lifecycles) -> Result<(), PlanError> {
+    let op_path = &at.path;
+    match live.get(&(at.rank, req.to_string())) {
+        None => Err(bad(format!("{op_path}.req"), format!("unknown request \"{req}\""))),
+        Some(true) => Err(bad(
+            format!("{op_path}.req"),
+            format!("request \"{req}\" is already finished"),
+        )),
+        Some(false) => Ok(()),
+    }
+}
+
+/// One op's ids and sizes, and its effect on the request lifecycles.
+fn validate_op(at: &OpAt, op: &PlanOp, dims: Dims, live: &mut Lifecycles) -> Result<(), PlanError> {
+    let (op_path, pool, groups) = (&at.path, dims.pool, dims.groups);
+    match op {
+        PlanOp::AddRequest { req, prompt, .. } => validate_add_request(at, req, prompt, dims, live)?,
+        PlanOp::Schedule {
+            req,
+            num_new_tokens,
+            expect,
+            ..
+        } => {
+            need_live(at, req, live)?;
+            if *num_new_tokens == 0 {
+                return Err(bad(format!("{op_path}.num_new_tokens"), "must be >= 1"));
+            }
+            if let Some(t) = &expect.tables {
+                if t.len() as u32 != groups {
+                    return Err(bad(
+                        format!("{op_path}.expect.tables"),
+                        format!("{} tables for {groups} groups", t.len()),
+                    ));
+                }
+                for (g, table) in t.iter().enumerate() {
+                    check_blocks(&format!("{op_path}.expect.tables[{g}]"), table, pool)?;
+                }
+            }
+        }
+        PlanOp::Forward { batch } => {
+            for (b, e) in batch.iter().enumerate() {
+                need_live(at, &e.req, live).map_err(|_| {
+                    bad(
+                        format!("{op_path}.batch[{b}].req"),
+                        format!("request \"{}\" is not live", e.req),
+                    )
+                })?;
+            }
+        }
+        PlanOp::CacheBlocks { req, .. } | PlanOp::Preempt { req } => need_live(at, req, live)?,
+        PlanOp::Finish { req, .. } | PlanOp::Shed { req, .. } => {
+            need_live(at, req, live)?;
+            live.insert((at.rank, req.clone()), true);
+        }
+        PlanOp::RegisterShadow {
+            shadow,
+            chain,
+            groups: sg,
+            ..
+        } => validate_register_shadow(at, shadow, chain, sg, dims, live)?,
+        PlanOp::Observe(obs) => {
+            for (req, t) in &obs.tables {
+                if t.len() as u32 != groups {
+                    return Err(bad(
+                        format!("{op_path}.tables.{req}"),
+                        format!("{} tables for {groups} groups", t.len()),
+                    ));
+                }
+                for (g, table) in t.iter().enumerate() {
+                    check_blocks(&format!("{op_path}.tables.{req}[{g}]"), table, pool)?;
+                }
+            }
+        }
+        PlanOp::ZeroBlocks { group, blocks } => {
+            if *group >= groups {
+                return Err(bad(format!("{op_path}.group"), format!("group {group} of {groups}")));
+            }
+            check_blocks(&format!("{op_path}.blocks"), blocks, pool)?;
+        }
+        PlanOp::CopyBlock { group, src, dst } => {
+            if *group >= groups {
+                return Err(bad(format!("{op_path}.group"), format!("group {group} of {groups}")));
+            }
+            check_blocks(&format!("{op_path}.src"), &[*src, *dst], pool)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A new request: not live yet, a prompt that fits, tokens inside the vocabulary.
+fn validate_add_request(
+    at: &OpAt,
+    req: &str,
+    prompt: &Tokens,
+    dims: Dims,
+    live: &mut Lifecycles,
+) -> Result<(), PlanError> {
+    let (op_path, mml) = (&at.path, dims.mml);
+    if live.get(&(at.rank, req.to_string())) == Some(&false) {
+        return Err(bad(
+            format!("{op_path}.req"),
+            format!("request \"{req}\" is already live"),
+        ));
+    }
+    if prompt.is_empty() || prompt.len() >= mml {
+        return Err(bad(
+            format!("{op_path}.prompt"),
+            format!("length {} not in [1, max_model_len={mml})", prompt.len()),
+        ));
+    }
+    match prompt {
+        Tokens::Ids { ids } => {
+            if let Some(t) = ids.iter().find(|&&t| t >= dims.vocab) {
+                return Err(bad(format!("{op_path}.prompt.ids"), format!("token {t} >= vocab_size")));
+            }
+        }
+        Tokens::PyChoices { low, high, .. } => {
+            if *high > dims.vocab {
+                return Err(bad(
+                    format!("{op_path}.prompt.high"),
+                    format!("{high} > vocab_size={}", dims.vocab),
+                ));
+            }
+            if low >= high {
+                return Err(bad(
+                    format!("{op_path}.prompt.low"),
+                    format!("range({low}, {high}) is empty"),
+                ));
+            }
+        }
+        Tokens::Salted { .. } => {}
+    }
+    live.insert((at.rank, req.to_string()), false);
+    Ok(())
+}
+
+/// A shadow of a live chain: its groups' block ids exist, and the shadow is new.
+fn validate_register_shadow(
+    at: &OpAt,
+    shadow: &str,
+    chain: &str,
+    sg: &[ShadowGroup],
+    dims: Dims,
+    live: &mut Lifecycles,
+) -> Result<(), PlanError> {
+    let (op_path, pool, groups) = (&at.path, dims.pool, dims.groups);
+    need_live(at, chain, live).map_err(|e| bad(format!("{op_path}.chain"), e.to_string()))?;
+    if !sg.is_empty() && sg.len() as u32 > groups {
+        return Err(bad(
+            format!("{op_path}.groups"),
+            format!("{} groups for a {groups}-group layout", sg.len()),
+        ));
+    }
+    for (g, grp) in sg.iter().enumerate() {
+        check_blocks(&format!("{op_path}.groups[{g}].shared"), &grp.shared, pool)?;
+        check_blocks(&format!("{op_path}.groups[{g}].tail"), &grp.tail, pool)?;
+        check_blocks(
+            &format!("{op_path}.groups[{g}].cow_from"),
+            grp.cow_from.as_slice(),
+            pool,
+        )?;
+        check_blocks(&format!("{op_path}.groups[{g}].cow_more"), &grp.cow_more, pool)?;
+        if grp.cow_more.len() >= grp.tail.len().max(1) {
+            return Err(bad(
+                format!("{op_path}.groups[{g}].cow_more"),
+                format!(
+                    "{} extra copy sources for a {}-block tail",
+                    grp.cow_more.len(),
+                    grp.tail.len()
+                ),
+            ));
+        }
+    }
+    if live.get(&(at.rank, shadow.to_string())) == Some(&false) {
+        return Err(bad(
+            format!("{op_path}.shadow"),
+            format!("request \"{shadow}\" is already live"),
+        ));
+    }
+    live.insert((at.rank, shadow.to_string()), false);
     Ok(())
 }
 

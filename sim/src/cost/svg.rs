@@ -160,6 +160,14 @@ pub fn plot(points: &[PointCmp], title: &str) -> String {
         times.iter().copied().fold(f64::INFINITY, f64::min),
         times.iter().copied().fold(0.0, f64::max),
     );
+    predicted_vs_measured(&mut out, points, tmin, tmax);
+    across_batch_and_context(&mut out, points, tmin, tmax);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Left panel: predicted vs measured, one colour per label, over `[tmin, tmax]` µs.
+fn predicted_vs_measured(out: &mut String, points: &[PointCmp], tmin: f64, tmax: f64) {
     let labels: Vec<String> = {
         let mut l: Vec<String> = points.iter().map(|p| p.label.clone()).collect();
         l.sort();
@@ -167,12 +175,10 @@ pub fn plot(points: &[PointCmp], title: &str) -> String {
         l
     };
     let colour_of_label = |l: &str| PALETTE[labels.iter().position(|x| x == l).unwrap_or(0) % PALETTE.len()];
-
-    // Left panel: predicted vs measured.
     let x = LogAxis::new(tmin, tmax, LEFT1, LEFT1 + PANEL_W);
     let y = LogAxis::new(tmin, tmax, TOP + PANEL_H, TOP);
     frame(
-        &mut out,
+        out,
         &x,
         &y,
         LEFT1,
@@ -233,8 +239,10 @@ pub fn plot(points: &[PointCmp], title: &str) -> String {
         LEFT1 + 8.0,
         TOP + PANEL_H - 8.0
     );
+}
 
-    // Right panel: time vs context per request, one colour per batch.
+/// Right panel: time vs context per request, one colour per batch.
+fn across_batch_and_context(out: &mut String, points: &[PointCmp], tmin: f64, tmax: f64) {
     let ctx = |p: &PointCmp| (p.ctx_tokens as f64 / p.batch.max(1) as f64).max(1.0);
     let cs: Vec<f64> = points.iter().map(ctx).collect();
     let x2 = LogAxis::new(
@@ -245,7 +253,7 @@ pub fn plot(points: &[PointCmp], title: &str) -> String {
     );
     let y2 = LogAxis::new(tmin, tmax, TOP + PANEL_H, TOP);
     frame(
-        &mut out,
+        out,
         &x2,
         &y2,
         LEFT2,
@@ -301,6 +309,4 @@ pub fn plot(points: &[PointCmp], title: &str) -> String {
         LEFT2 + 8.0,
         TOP + PANEL_H - 8.0
     );
-    out.push_str("</svg>\n");
-    out
 }

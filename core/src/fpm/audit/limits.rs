@@ -95,7 +95,23 @@ fn single_full_attention_block_size(a: &Artifact) -> Option<u64> {
     (full && unset("sliding_window") && unset("attention_chunk_size")).then(|| g.get("block_size")?.as_u64())?
 }
 
+/// Every check of one point, findings in the order the report lists them.
 fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut Out) {
+    batch_bounds(a, path, p, out);
+    if p.is_decode() {
+        decode_context(a, path, p, block_size, out);
+    } else {
+        prefill_context(a, path, p, out);
+    }
+    rows(path, p, out);
+    phase_mode(a, path, p, out);
+    cudagraph(a, path, p, out);
+    reasons(path, p, out);
+}
+
+/// AU-LIMITS-BATCH: the batch inside the running-request limit (and, for decode, the feasible
+/// batch).
+fn batch_bounds(a: &Artifact, path: &str, p: &Point, out: &mut Out) {
     let running = a.max_num_running_reqs().min(a.limits.max_num_running_reqs);
     let b = p.batch_size;
     if b == 0 || b > running {
@@ -114,71 +130,85 @@ fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut
             ),
         );
     }
+}
+
+/// AU-LIMITS-CONTEXT and AU-LIMITS-BLOCKS of a decode point: no prefill, at least 2 tokens read
+/// per request, every request inside max_model_len, the footprint inside the usable pool.
+fn decode_context(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut Out) {
+    let b = p.batch_size;
     let mml = a.max_model_len();
-    if p.is_decode() {
-        let floor = if p.has("giant_fake_off_by_batch") { b } else { 2 * b };
-        if p.total_prefill_tokens != 0 {
+    let floor = if p.has("giant_fake_off_by_batch") { b } else { 2 * b };
+    if p.total_prefill_tokens != 0 {
+        out.push(
+            "AU-LIMITS-CONTEXT",
+            format!("{path}.total_prefill_tokens"),
+            "a decode point prefills nothing",
+        );
+    }
+    if p.total_kv_read_tokens < floor {
+        out.push(
+            "AU-LIMITS-CONTEXT",
+            format!("{path}.total_kv_read_tokens"),
+            format!(
+                "{} below {floor}: the steady step reads at least 2 tokens per request",
+                p.total_kv_read_tokens
+            ),
+        );
+    } else if b > 0 && p.max_context() + 2 > mml {
+        out.push(
+            "AU-LIMITS-CONTEXT",
+            format!("{path}.total_kv_read_tokens"),
+            format!(
+                "a request of {} tokens (+2 written) does not fit max_model_len {mml}",
+                p.max_context()
+            ),
+        );
+    }
+    if let (Some(bs), Some(c)) = (block_size, &a.capacity.common) {
+        let need: u64 = p.contexts().map(|ctx| (ctx.max(2) + 1).div_ceil(bs.max(1))).sum();
+        if b > 0 && need > c.usable_blocks_with_watermark {
             out.push(
-                "AU-LIMITS-CONTEXT",
-                format!("{path}.total_prefill_tokens"),
-                "a decode point prefills nothing",
-            );
-        }
-        if p.total_kv_read_tokens < floor {
-            out.push(
-                "AU-LIMITS-CONTEXT",
+                "AU-LIMITS-BLOCKS",
                 format!("{path}.total_kv_read_tokens"),
                 format!(
-                    "{} below {floor}: the steady step reads at least 2 tokens per request",
-                    p.total_kv_read_tokens
-                ),
-            );
-        } else if b > 0 && p.max_context() + 2 > mml {
-            out.push(
-                "AU-LIMITS-CONTEXT",
-                format!("{path}.total_kv_read_tokens"),
-                format!(
-                    "a request of {} tokens (+2 written) does not fit max_model_len {mml}",
-                    p.max_context()
-                ),
-            );
-        }
-        if let (Some(bs), Some(c)) = (block_size, &a.capacity.common) {
-            let need: u64 = p.contexts().map(|ctx| (ctx.max(2) + 1).div_ceil(bs.max(1))).sum();
-            if b > 0 && need > c.usable_blocks_with_watermark {
-                out.push(
-                    "AU-LIMITS-BLOCKS",
-                    format!("{path}.total_kv_read_tokens"),
-                    format!(
-                        "needs {need} blocks of {bs} tokens; {} usable",
-                        c.usable_blocks_with_watermark
-                    ),
-                );
-            }
-        }
-    } else {
-        let sched = a.max_num_scheduled_tokens();
-        if p.total_prefill_tokens < b || p.total_prefill_tokens > sched {
-            out.push(
-                "AU-LIMITS-CONTEXT",
-                format!("{path}.total_prefill_tokens"),
-                format!(
-                    "{} prefill tokens for {b} request(s) in a step budget of {sched}",
-                    p.total_prefill_tokens
-                ),
-            );
-        } else if p.total_prefill_tokens + p.total_kv_read_tokens > b * mml {
-            out.push(
-                "AU-LIMITS-CONTEXT",
-                format!("{path}.total_kv_read_tokens"),
-                format!(
-                    "{b} request(s) cannot hold {} tokens within max_model_len {mml}",
-                    p.total_prefill_tokens + p.total_kv_read_tokens
+                    "needs {need} blocks of {bs} tokens; {} usable",
+                    c.usable_blocks_with_watermark
                 ),
             );
         }
     }
+}
 
+/// AU-LIMITS-CONTEXT of a prefill point: the new tokens inside the step budget, every request
+/// inside max_model_len.
+fn prefill_context(a: &Artifact, path: &str, p: &Point, out: &mut Out) {
+    let b = p.batch_size;
+    let mml = a.max_model_len();
+    let sched = a.max_num_scheduled_tokens();
+    if p.total_prefill_tokens < b || p.total_prefill_tokens > sched {
+        out.push(
+            "AU-LIMITS-CONTEXT",
+            format!("{path}.total_prefill_tokens"),
+            format!(
+                "{} prefill tokens for {b} request(s) in a step budget of {sched}",
+                p.total_prefill_tokens
+            ),
+        );
+    } else if p.total_prefill_tokens + p.total_kv_read_tokens > b * mml {
+        out.push(
+            "AU-LIMITS-CONTEXT",
+            format!("{path}.total_kv_read_tokens"),
+            format!(
+                "{b} request(s) cannot hold {} tokens within max_model_len {mml}",
+                p.total_prefill_tokens + p.total_kv_read_tokens
+            ),
+        );
+    }
+}
+
+/// AU-POINT-ROWS: one `[new, kv]` row per request, summing to the point's totals.
+fn rows(path: &str, p: &Point, out: &mut Out) {
+    let b = p.batch_size;
     if let Some(rows) = &p.rows {
         let well_formed = rows.len() as u64 == b && rows.iter().all(|r| r.len() == 2);
         let new: u64 = rows.iter().filter_map(|r| r.first()).sum();
@@ -196,7 +226,10 @@ fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut
             );
         }
     }
+}
 
+/// AU-POINT-MODE: the point's phase is run in this mode and not missing.
+fn phase_mode(a: &Artifact, path: &str, p: &Point, out: &mut Out) {
     let mode = a.config.mode.as_str();
     if !(mode == "agg" || mode == p.point_type) {
         out.push(
@@ -212,7 +245,11 @@ fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut
             format!("a {} point but that phase is missing", p.point_type),
         );
     }
+}
 
+/// AU-POINT-CUDAGRAPH: the point's capture metadata is what the run's cudagraph block gives.
+fn cudagraph(a: &Artifact, path: &str, p: &Point, out: &mut Out) {
+    let b = p.batch_size;
     // `_bench_cudagraph_metadata`: the driver is the batch (decode) or the new tokens (prefill).
     let g = &a.cudagraph;
     let (driver, sizes, graph_mode) = if p.is_decode() {
@@ -258,7 +295,10 @@ fn point(a: &Artifact, path: &str, p: &Point, block_size: Option<u64>, out: &mut
     if !wrong.is_empty() {
         out.push("AU-POINT-CUDAGRAPH", path.to_string(), wrong.join("; "));
     }
+}
 
+/// AU-POINT-REASON: every sample reason is one a 1.6.1 result row records.
+fn reasons(path: &str, p: &Point, out: &mut Out) {
     for (i, r) in p.sample_reasons.iter().enumerate() {
         if !recorded_reason(r) {
             out.push(

@@ -18,6 +18,8 @@ use thiserror::Error;
 use super::axis::AxisError;
 use super::config::{BlockNeed, ConfigError, GridConfig};
 use super::decode::{decode_feasible_max_batch_size, generate_decode_grid};
+// Re-exported: `order::canonical_json` was its home before `json` (a leaf) took it.
+pub use super::json::canonical_json;
 use super::point::{BenchmarkPoint, PointCoordinate, PointKey, PointType, SampleReason};
 use super::prefill::generate_prefill_grid;
 
@@ -149,27 +151,6 @@ pub fn number_points(entries: &mut [GridEntry]) -> u64 {
     }
     assert_eq!(real_id, expected_points, "every real point numbered once");
     expected_points
-}
-
-/// `value` as compact JSON with every object's keys sorted — the bytes Python's
-/// `json.dumps(value, sort_keys=True, separators=(",", ":"))` writes for ASCII content.
-pub fn canonical_json(value: &serde_json::Value) -> String {
-    fn sorted(value: &serde_json::Value) -> serde_json::Value {
-        match value {
-            serde_json::Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                let mut out = serde_json::Map::new();
-                for key in keys {
-                    out.insert(key.clone(), sorted(&map[key]));
-                }
-                serde_json::Value::Object(out)
-            }
-            serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
 }
 
 fn xxh3_hex<T: Serialize>(value: &T) -> String {

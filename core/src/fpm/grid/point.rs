@@ -87,7 +87,7 @@ impl BenchmarkPoint {
             batch_size: self.batch_size,
             total_prefill_tokens: self.total_prefill_tokens,
             total_kv_read_tokens: self.total_kv_read_tokens,
-            partition: self.partition.as_ref().map(super::order::canonical_json),
+            partition: self.partition.as_ref().map(super::json::canonical_json),
             rows: self.rows.clone(),
         }
     }

@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 use super::capacity::{native_footprint, LayoutNeed};
 use super::gate::{auto_strategy, gate, GateVerdict, Strategy};
 use super::grid::{
-    build_grid, decode_admission, decode_step_plan, BenchmarkPoint, DecodeStepInput, GiantKvPolicy, PointType,
-    SampleReason,
+    build_grid, decode_admission, decode_step_plan, BenchmarkPoint, DecodeStepInput, DecodeStepPlan, GiantKvPolicy,
+    Grid, PointType, SampleReason,
 };
 use super::scenarios::BuiltinScenario;
 use crate::bugs::{BugMutant, Mutant};
@@ -163,16 +163,7 @@ pub fn plan_sweep_with(
     opts: &SweepOptions,
 ) -> Result<SweepPlan, SweepError> {
     let bug = |m| opts.mutant == Some(Mutant::Bug(m));
-    let mut verdict = gate(s);
-    if bug(BugMutant::RecurrentStateBorrowed)
-        && verdict.skip_reason.as_deref() != Some("dense_model_content_insensitive")
-    {
-        // §8.2 bug 8: before the gate rejected hybrid state layers.
-        verdict.chain = s.scenario.scheduler.enable_caching;
-        if verdict.chain {
-            verdict.skip_reason = None;
-        }
-    }
+    let verdict = gate_with_mutant(s, opts.mutant);
     let chosen = choose(s, &verdict, requested)?;
     let mut need = LayoutNeed::new(s.scenario.kv_config());
     need.align_one_block = bug(BugMutant::AlignStateOneBlock);
@@ -184,10 +175,60 @@ pub fn plan_sweep_with(
         s.scenario.dp_ranks
     };
     dp::negotiate_capacity(ranks, &opts.faults, &mut cfg);
-    let mut grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
+    let grid = build_grid(&cfg, &need).map_err(|e| SweepError(format!("grid: {e}")))?;
     let usable = cfg.capacity.usable_blocks_with_watermark;
     let enabled = requested != Some(Strategy::Synthetic);
-    let meta = BenchmarkMeta {
+    let meta = sweep_meta(s, requested, &verdict, chosen, &grid, usable, opts);
+    let mut p = Planner::new(s, meta, opts);
+    if chosen == Some(Strategy::Chain) {
+        chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
+        return finish_sweep(p);
+    }
+    let direct = DirectSizing {
+        s,
+        enabled,
+        usable,
+        policy: GiantKvPolicy {
+            threshold_tokens: s.bench.giant_kv_threshold,
+            repeats: s.bench.giant_kv_repeats,
+        },
+        native_need: LayoutNeed {
+            native_reserve: true,
+            ..need.clone()
+        },
+        need: &need,
+    };
+    plan_direct_sweep(&mut p, grid, &verdict, chosen, &direct)?;
+    finish_sweep(p)
+}
+
+/// The gate's verdict on `s`, as the mutant's code would give it.
+fn gate_with_mutant(s: &BuiltinScenario, mutant: Option<Mutant>) -> GateVerdict {
+    let mut verdict = gate(s);
+    if mutant == Some(Mutant::Bug(BugMutant::RecurrentStateBorrowed))
+        && verdict.skip_reason.as_deref() != Some("dense_model_content_insensitive")
+    {
+        // §8.2 bug 8: before the gate rejected hybrid state layers.
+        verdict.chain = s.scenario.scheduler.enable_caching;
+        if verdict.chain {
+            verdict.skip_reason = None;
+        }
+    }
+    verdict
+}
+
+/// The planner's record before any point is planned.
+fn sweep_meta(
+    s: &BuiltinScenario,
+    requested: Option<Strategy>,
+    verdict: &GateVerdict,
+    chosen: Option<Strategy>,
+    grid: &Grid,
+    usable: u64,
+    opts: &SweepOptions,
+) -> BenchmarkMeta {
+    let enabled = requested != Some(Strategy::Synthetic);
+    BenchmarkMeta {
         scenario: s.name.clone(),
         requested_strategy: requested.map_or("auto".into(), |r| format!("{r:?}").to_lowercase()),
         enabled,
@@ -207,66 +248,87 @@ pub fn plan_sweep_with(
         stop_reason: None,
         skipped: Vec::new(),
         missing_phases: Vec::new(),
-    };
-    let mut p = Planner {
-        s,
-        steps: Vec::new(),
-        next_step: 0,
-        meta,
-        engines: None,
-        error: None,
-        clock_ns: 0,
-        pending_tokens: 0,
-        deadline_ns: Some(timeout::deadline_ns(s, opts)),
-        timeout_step: None,
-        finished_points: 0,
-        stopped: false,
-        faults: opts.faults.clone(),
-        mutant: opts.mutant,
-    };
-    if chosen == Some(Strategy::Chain) {
-        chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
-        return finish_sweep(p);
     }
-    let native_need = LayoutNeed {
-        native_reserve: true,
-        ..need.clone()
-    };
-    let policy = GiantKvPolicy {
-        threshold_tokens: s.bench.giant_kv_threshold,
-        repeats: s.bench.giant_kv_repeats,
-    };
-    // The native footprint of a point on its real-KV plan (seed 000).
-    // §1.10 step 4: steady steps of a point admitted at `injected`, on real or fake KV.
-    let step_plan = |point: &BenchmarkPoint, injected: &[u64], real: bool| {
+}
+
+impl<'a> Planner<'a> {
+    /// A planner at step 0 with nothing planned yet.
+    fn new(s: &'a BuiltinScenario, meta: BenchmarkMeta, opts: &SweepOptions) -> Planner<'a> {
+        Planner {
+            s,
+            steps: Vec::new(),
+            next_step: 0,
+            meta,
+            engines: None,
+            error: None,
+            clock_ns: 0,
+            pending_tokens: 0,
+            deadline_ns: Some(timeout::deadline_ns(s, opts)),
+            timeout_step: None,
+            finished_points: 0,
+            stopped: false,
+            faults: opts.faults.clone(),
+            mutant: opts.mutant,
+        }
+    }
+}
+
+/// What a part I (synthetic or native, seed 000) point's steps and footprint
+/// depend on.
+struct DirectSizing<'a> {
+    s: &'a BuiltinScenario,
+    enabled: bool,
+    usable: u64,
+    policy: GiantKvPolicy,
+    need: &'a LayoutNeed,
+    native_need: LayoutNeed,
+}
+
+impl DirectSizing<'_> {
+    /// §1.10 step 4: steady steps of a point admitted at `injected`, on real or fake KV.
+    fn step_plan(&self, point: &BenchmarkPoint, injected: &[u64], real: bool) -> DecodeStepPlan {
         decode_step_plan(
             DecodeStepInput {
-                kvwarm_enabled: enabled,
+                kvwarm_enabled: self.enabled,
                 kvwarm_real: real,
                 total_kv_read_tokens: point.total_kv_read_tokens,
                 injected_lengths: injected,
-                max_model_len: s.scenario.scheduler.max_model_len,
-                usable_blocks_with_watermark: usable,
+                max_model_len: self.s.scenario.scheduler.max_model_len,
+                usable_blocks_with_watermark: self.usable,
             },
-            policy,
-            &need,
+            self.policy,
+            self.need,
         )
-    };
-    let native_required = |point: &BenchmarkPoint| -> Result<(u64, u64), SweepError> {
+    }
+
+    /// The native footprint of a point on its real-KV plan (seed 000), and its depth.
+    fn native_required(&self, point: &BenchmarkPoint) -> Result<(u64, u64), SweepError> {
         let adm =
             decode_admission(point.batch_size, point.total_kv_read_tokens).map_err(|e| SweepError(e.to_string()))?;
-        let real = step_plan(point, &adm.injected_lengths, true);
+        let real = self.step_plan(point, &adm.injected_lengths, true);
         let depth = adm.injected_lengths.iter().copied().max().unwrap_or(0);
         Ok((
-            native_footprint(&native_need, &adm.injected_lengths, real.expected_fpms),
+            native_footprint(&self.native_need, &adm.injected_lengths, real.expected_fpms),
             depth,
         ))
-    };
+    }
+}
+
+/// Part I: every decode point in grid order, on native KV where chosen and the
+/// footprint fits, on synthetic KV otherwise.
+fn plan_direct_sweep(
+    p: &mut Planner<'_>,
+    mut grid: Grid,
+    verdict: &GateVerdict,
+    chosen: Option<Strategy>,
+    direct: &DirectSizing<'_>,
+) -> Result<(), SweepError> {
+    let usable = direct.usable;
     if chosen == Some(Strategy::Native) && p.attention_dp() {
         // §7.4: attention-DP grids are real-KV only.
         let mut dropped = Vec::new();
         for e in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
-            let (required, depth) = native_required(&e.point)?;
+            let (required, depth) = direct.native_required(&e.point)?;
             if required > usable {
                 let fallback = CapacityFallback {
                     benchmark_id: None,
@@ -279,7 +341,7 @@ pub fn plan_sweep_with(
                 dropped.push((e.key.clone(), fallback));
             }
         }
-        grid = dp::drop_uncovered(&mut p, &grid, dropped);
+        grid = dp::drop_uncovered(p, &grid, dropped);
     }
     for entry in grid.entries.iter().filter(|e| e.point.point_type == PointType::Decode) {
         if p.stop_before_point() {
@@ -293,13 +355,13 @@ pub fn plan_sweep_with(
         } else {
             Kv::Fake
         };
-        let mut plan_steps = step_plan(point, &adm.injected_lengths, kv == Kv::Native);
+        let mut plan_steps = direct.step_plan(point, &adm.injected_lengths, kv == Kv::Native);
         if kv == Kv::Native {
-            let (required, depth) = native_required(point)?;
+            let (required, depth) = direct.native_required(point)?;
             if required > usable {
                 // A point whose footprint exceeds the pool is measured on synthetic KV (seed 000).
                 kv = Kv::Fake;
-                plan_steps = step_plan(point, &adm.injected_lengths, false);
+                plan_steps = direct.step_plan(point, &adm.injected_lengths, false);
                 p.meta.capacity_fallbacks.push(CapacityFallback {
                     benchmark_id: Some(point.benchmark_id),
                     batch: point.batch_size,
@@ -315,10 +377,10 @@ pub fn plan_sweep_with(
             point.total_kv_read_tokens = adm.steady_kv_tokens;
             point.sample_reasons.push(SampleReason::ContextClamped);
         }
-        let regime = regime(&verdict, chosen, enabled, kv, &mut point);
-        plan_execution(&mut p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
+        let regime = regime(verdict, chosen, direct.enabled, kv, &mut point);
+        plan_execution(p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
     }
-    finish_sweep(p)
+    Ok(())
 }
 
 /// The final step: drain the fence, reset the prefix cache, end the sweep.
