@@ -4,8 +4,9 @@
 
 use kvsim_core::fpm::artifact::{build_artifacts, RankArtifact};
 use kvsim_core::fpm::gate::Strategy;
+use kvsim_core::fpm::planner;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
-use kvsim_core::fpm::sweep::{plan_sweep_with, BenchmarkMeta, SweepError, SweepOptions};
+use kvsim_core::fpm::sweep::{BenchmarkMeta, SweepError, SweepOptions};
 use kvsim_core::plan::Plan;
 
 use crate::exec::{plan_hash, run_plan_with_progress, RunReport};
@@ -39,7 +40,7 @@ pub fn run_sweep_with(
     opts: &SweepOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SweepRun, SweepError> {
-    let planned = plan_sweep_with(s, strategy, opts)?;
+    let planned = planner::plan(strategy.map(planner::for_strategy), s, opts)?;
     let report = run_plan_with_progress(&planned.plan, progress);
     let artifacts = artifacts_for(&planned.plan, &report).unwrap_or_default();
     Ok(SweepRun {

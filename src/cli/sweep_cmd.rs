@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use kvsim_core::fpm::gate::{gate, Strategy};
+use kvsim_core::fpm::gate::gate;
+use kvsim_core::fpm::planner;
 use kvsim_core::fpm::scenarios::{builtin_scenarios, validate_scenario};
 
 use super::{say, CliError};
@@ -62,12 +63,16 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         s.bench.random_kda = true;
     }
     validate_scenario(&s).map_err(|e| CliError::Input(format!("scenario {}: {e}", s.name)))?;
-    let strategy = Strategy::parse(&a.strategy).ok_or_else(|| {
+    let planner = planner::by_name(&a.strategy).ok_or_else(|| {
+        let names: Vec<&str> = planner::PLANNERS.iter().map(|p| p.name()).collect();
+        let (last, rest) = names.split_last().expect("kvsim has planners");
         CliError::Input(format!(
-            "unknown strategy {:?}; use auto, synthetic, native or chain",
-            a.strategy
+            "unknown strategy {:?}; use auto, {} or {last}",
+            a.strategy,
+            rest.join(", ")
         ))
     })?;
+    let strategy = planner.map(|p| p.strategy());
     // A progress bar on a terminal; silent when stderr is a file or a pipe (CI).
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last = 0u64;

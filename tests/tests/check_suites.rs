@@ -5,6 +5,7 @@
 //! the plan) and persist as regressions.
 
 use kvsim_core::bugs::Mutant;
+use kvsim_core::fpm::gate::Strategy::{Chain, Native, Synthetic};
 use kvsim_core::fpm::scenarios::builtin_scenarios;
 use kvsim_core::plan::load_plan;
 use kvsim_sim::check::case::CaseSpec;
@@ -100,7 +101,8 @@ fn every_mutant_is_killed_by_its_invariant_and_its_shrunk_plan_replays() {
 fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
     let core = (
         0usize..7,
-        0u8..4,
+        // auto (the gate's choice) first: proptest shrinks toward it.
+        prop::sample::select(vec![None, Some(Native), Some(Chain), Some(Synthetic)]),
         prop::sample::select(vec![24u64, 32, 48, 64, 96, 128]),
         2u32..=8,
         prop::sample::select(vec![8u64, 16, 32, 64, 512]),

@@ -19,16 +19,6 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub fn parse(s: &str) -> Option<Option<Strategy>> {
-        match s {
-            "auto" => Some(None),
-            "synthetic" => Some(Some(Strategy::Synthetic)),
-            "native" => Some(Some(Strategy::Native)),
-            "chain" => Some(Some(Strategy::Chain)),
-            _ => None,
-        }
-    }
-
     /// `kvwarm.initialization_strategy`.
     pub fn initialization_strategy(self) -> Option<&'static str> {
         match self {

@@ -5,5 +5,6 @@ pub mod audit;
 pub mod capacity;
 pub mod gate;
 pub mod grid;
+pub mod planner;
 pub mod scenarios;
 pub mod sweep;

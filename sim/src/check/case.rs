@@ -10,7 +10,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use kvsim_core::fpm::capacity::LayoutNeed;
-use kvsim_core::fpm::gate::Strategy;
+use kvsim_core::fpm::gate::Strategy::{self, Chain, Native, Synthetic};
 use kvsim_core::fpm::grid::{BlockNeed, BlockNeedQuery};
 use kvsim_core::fpm::scenarios::{validate_scenario, BuiltinScenario};
 use kvsim_core::plan::{FaultSpec, GroupKindName};
@@ -19,8 +19,8 @@ use kvsim_core::plan::{FaultSpec, GroupKindName};
 /// the case's fault-free plan (steps) or its nominal duration (timeout).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CaseSpec {
-    /// 0 auto, 1 native, 2 chain, 3 synthetic.
-    pub strategy: u8,
+    /// The planner's strategy; `None` leaves it to the gate (`auto`).
+    pub strategy: Option<Strategy>,
     pub max_len: u64,
     pub max_seqs: u32,
     pub batched_tokens: u64,
@@ -67,7 +67,18 @@ impl CaseSpec {
         let rank = |rng: &mut dyn rand::RngCore| rng.gen_range(0..2u32);
         CaseSpec {
             // Chains (the planner with the most moving parts) are drawn most often.
-            strategy: pick(rng, &[0, 0, 1, 2, 2, 2, 3]),
+            strategy: pick(
+                rng,
+                &[
+                    None,
+                    None,
+                    Some(Native),
+                    Some(Chain),
+                    Some(Chain),
+                    Some(Chain),
+                    Some(Synthetic),
+                ],
+            ),
             max_len: pick(rng, &[24, 32, 48, 64, 96, 128]),
             max_seqs: rng.gen_range(2..=8),
             batched_tokens: pick(rng, &[8, 16, 32, 64, 512]),
@@ -90,15 +101,6 @@ impl CaseSpec {
                 (at, rng.gen_range(1..25), rank(rng))
             }),
             message_lag: on(rng, 0.2).then(|| (rank(rng), rng.gen_range(1..=2))),
-        }
-    }
-
-    pub fn strategy(&self) -> Option<Strategy> {
-        match self.strategy {
-            1 => Some(Strategy::Native),
-            2 => Some(Strategy::Chain),
-            3 => Some(Strategy::Synthetic),
-            _ => None,
         }
     }
 }

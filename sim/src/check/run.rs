@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use kvsim_core::bugs::Mutant;
+use kvsim_core::fpm::planner;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
-use kvsim_core::fpm::sweep::{plan_sweep_with, SweepOptions};
+use kvsim_core::fpm::sweep::SweepOptions;
 use kvsim_core::plan::{forward_tokens, nominal_step_ns, FaultSpec, Plan, PlanOp};
 
 use super::case::{build_faults, build_scenario, CaseSpec};
@@ -89,12 +90,12 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
         Ok(s) => s,
         Err(e) => return CaseOutcome::skipped(format!("scenario: {e}")),
     };
-    let strategy = c.strategy();
+    let planner = c.strategy.map(planner::for_strategy);
     let opts = SweepOptions {
         mutant,
         ..SweepOptions::default()
     };
-    let plan0 = match plan_sweep_with(&s, strategy, &opts) {
+    let plan0 = match planner::plan(planner, &s, &opts) {
         Ok(p) => p,
         Err(e) if e.0.contains("does not apply") => return CaseOutcome::skipped(e.0),
         Err(e) => return planner_error(e.0),
@@ -163,7 +164,7 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
             faults,
             mutant,
         };
-        match plan_sweep_with(&s, strategy, &opts) {
+        match planner::plan(planner, &s, &opts) {
             Ok(p) => p.plan,
             Err(e) => return planner_error(e.0),
         }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{CapacityFallback, Planner, SkippedPoint};
+use super::{CapacityFallback, SkippedPoint, SweepBuilder};
 use crate::fpm::grid::{Grid, GridConfig, PointKey, PointType};
 use crate::plan::FaultSpec;
 
@@ -48,7 +48,11 @@ pub(super) fn negotiate_capacity(dp_ranks: u32, faults: &[FaultSpec], cfg: &mut 
 /// group), recorded in `capacity_fallbacks` with `benchmark_id: null`; the rest is
 /// renumbered contiguously and re-digested; with no decode point left, `decode`
 /// is a missing phase. Returns the new grid.
-pub(super) fn drop_uncovered(p: &mut Planner<'_>, grid: &Grid, dropped: Vec<(PointKey, CapacityFallback)>) -> Grid {
+pub(super) fn drop_uncovered(
+    p: &mut SweepBuilder<'_>,
+    grid: &Grid,
+    dropped: Vec<(PointKey, CapacityFallback)>,
+) -> Grid {
     let keys: BTreeSet<PointKey> = dropped.iter().map(|(k, _)| k.clone()).collect();
     for (_, mut f) in dropped {
         f.benchmark_id = None;
@@ -81,7 +85,7 @@ pub(super) fn drop_uncovered(p: &mut Planner<'_>, grid: &Grid, dropped: Vec<(Poi
     g
 }
 
-impl Planner<'_> {
+impl SweepBuilder<'_> {
     pub(super) fn attention_dp(&self) -> bool {
         self.s.scenario.dp_ranks > 1
     }

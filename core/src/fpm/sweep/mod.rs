@@ -73,7 +73,7 @@ enum Kv {
     Fake,
 }
 
-struct Planner<'a> {
+struct SweepBuilder<'a> {
     s: &'a BuiltinScenario,
     steps: Vec<Step>,
     next_step: u64,
@@ -95,7 +95,7 @@ struct Planner<'a> {
     mutant: Option<Mutant>,
 }
 
-impl Planner<'_> {
+impl SweepBuilder<'_> {
     /// Whether seed-bug mutant `m` is on.
     fn bug(&self, m: BugMutant) -> bool {
         self.mutant == Some(Mutant::Bug(m))
@@ -133,10 +133,8 @@ impl Planner<'_> {
             self.pending_tokens += crate::plan::forward_tokens(&ops);
             if let Some(engines) = &mut self.engines {
                 let e = &mut engines[rank as usize];
-                e.begin_step();
-                for f in &self.faults {
-                    e.apply_fault(f, step);
-                }
+                // The executor replaying the plan starts each rank's step the same way.
+                crate::driver::begin_rank_step(e, &self.faults, step);
                 let lenient = self.mutant.is_some();
                 for op in &ops {
                     if let Err(m) = chain::apply_checked(e, op, lenient) {
@@ -179,7 +177,7 @@ pub fn plan_sweep_with(
     let usable = cfg.capacity.usable_blocks_with_watermark;
     let enabled = requested != Some(Strategy::Synthetic);
     let meta = sweep_meta(s, requested, &verdict, chosen, &grid, usable, opts);
-    let mut p = Planner::new(s, meta, opts);
+    let mut p = SweepBuilder::new(s, meta, opts);
     if chosen == Some(Strategy::Chain) {
         chain::plan_chain_sweep(&mut p, &grid, &cfg, &need)?;
         return finish_sweep(p);
@@ -251,10 +249,10 @@ fn sweep_meta(
     }
 }
 
-impl<'a> Planner<'a> {
+impl<'a> SweepBuilder<'a> {
     /// A planner at step 0 with nothing planned yet.
-    fn new(s: &'a BuiltinScenario, meta: BenchmarkMeta, opts: &SweepOptions) -> Planner<'a> {
-        Planner {
+    fn new(s: &'a BuiltinScenario, meta: BenchmarkMeta, opts: &SweepOptions) -> SweepBuilder<'a> {
+        SweepBuilder {
             s,
             steps: Vec::new(),
             next_step: 0,
@@ -317,7 +315,7 @@ impl DirectSizing<'_> {
 /// Part I: every decode point in grid order, on native KV where chosen and the
 /// footprint fits, on synthetic KV otherwise.
 fn plan_direct_sweep(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     mut grid: Grid,
     verdict: &GateVerdict,
     chosen: Option<Strategy>,
@@ -384,7 +382,7 @@ fn plan_direct_sweep(
 }
 
 /// The final step: drain the fence, reset the prefix cache, end the sweep.
-fn finish_sweep(mut p: Planner<'_>) -> Result<SweepPlan, SweepError> {
+fn finish_sweep(mut p: SweepBuilder<'_>) -> Result<SweepPlan, SweepError> {
     let s = p.s;
     // DONE (§1.8) resets the prefix cache once no fenced free is owed (§3.7).
     p.drain_fence();
@@ -446,7 +444,7 @@ fn regime(v: &GateVerdict, chosen: Option<Strategy>, enabled: bool, kv: Kv, poin
 }
 
 fn plan_execution(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     point: BenchmarkPoint,
     regime: String,
     kv: Kv,

@@ -1,6 +1,6 @@
 //! The op sequences of one decode execution (dynamo_fpm.md §1.10; seed 000).
 
-use super::Planner;
+use super::SweepBuilder;
 use crate::plan::{BatchEntry, PlanOp, Tokens};
 
 /// A deterministic stand-in for a sampled token.
@@ -21,7 +21,7 @@ fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
 /// mid-prefill, the slots never scheduled (the caller sheds the stage, §1.12;
 /// §8.2 bug 5; the mutant of bug 5 keeps prefilling).
 pub(super) fn native_prefill(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     injected: &[u64],
     salt: &dyn Fn(u32, usize) -> String,
     req: &dyn Fn(u32, usize) -> String,

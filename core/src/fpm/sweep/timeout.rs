@@ -12,7 +12,7 @@
 //! so the executor's PL-DEADLINE check proves no point was injected and no shadow
 //! registered after it (Dynamo samples its clock only at these boundaries too).
 
-use super::Planner;
+use super::SweepBuilder;
 use crate::fpm::scenarios::BuiltinScenario;
 use crate::plan::{nominal_step_ns, FaultSpec, PlanOp};
 
@@ -48,7 +48,7 @@ pub(super) fn shed_all(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> Stri
     ops
 }
 
-impl Planner<'_> {
+impl SweepBuilder<'_> {
     /// Close the current step: advance the simulated clock and the step counter.
     pub(super) fn end_step(&mut self) {
         self.clock_ns += nominal_step_ns(std::mem::take(&mut self.pending_tokens));

@@ -320,7 +320,7 @@ impl RealCase {
 
     fn spec(&self) -> CaseSpec {
         CaseSpec {
-            strategy: 0,
+            strategy: None,
             max_len: self.max_len,
             max_seqs: self.max_seqs,
             batched_tokens: self.batched_tokens,

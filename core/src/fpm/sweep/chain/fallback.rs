@@ -3,12 +3,12 @@
 use super::rungs::Point;
 use crate::fpm::capacity::LayoutNeed;
 use crate::fpm::grid::{decode_step_plan, DecodeStepInput, GiantKvPolicy, GridConfig, SampleReason};
-use crate::fpm::sweep::{plan_execution, Kv, Planner, SweepError};
+use crate::fpm::sweep::{plan_execution, Kv, SweepBuilder, SweepError};
 
 /// The uncovered points and the `demoted` ones (covered, but their stage failed
 /// on a single rank), each measured on fake KV in grid order.
 pub(super) fn measure_on_synthetic_kv(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     points: &[Point],
     demoted: &[u64],
     cfg: &GridConfig,

@@ -2,7 +2,7 @@
 
 use crate::bugs::BugMutant;
 use crate::engine::{Engine, Mismatch};
-use crate::fpm::sweep::Planner;
+use crate::fpm::sweep::SweepBuilder;
 use crate::plan::PlanOp;
 
 /// Apply one op the planner built to its own engine; a refusal or a planner
@@ -35,7 +35,7 @@ impl Live<'_> {
     }
 }
 
-impl Planner<'_> {
+impl SweepBuilder<'_> {
     /// A lock-step step whose ops depend on the live engine state.
     pub(super) fn step_live(&mut self, mut build: impl FnMut(u32, &mut Live<'_>)) -> u64 {
         let step = self.next_step;
@@ -43,10 +43,8 @@ impl Planner<'_> {
         let lenient = self.lenient();
         for rank in 0..self.s.scenario.dp_ranks {
             let e = &mut engines[rank as usize];
-            e.begin_step();
-            for f in &self.faults {
-                e.apply_fault(f, step);
-            }
+            // The executor replaying the plan starts each rank's step the same way.
+            crate::driver::begin_rank_step(e, &self.faults, step);
             let mut live = Live {
                 e,
                 ops: Vec::new(),

@@ -28,7 +28,7 @@ mod stage;
 pub(super) use live::apply_checked;
 pub use registration::{recurrent_shadow_range, shadow_registration, shadow_registration_with, shadow_tail_blocks};
 
-use super::{Planner, SweepError};
+use super::{SweepBuilder, SweepError};
 use crate::bugs::BugMutant;
 use crate::engine::Engine;
 use crate::fpm::capacity::LayoutNeed;
@@ -39,7 +39,7 @@ use stage::{build_stage, readmit, shed_chains, waiting_chains};
 /// The whole chain sweep: covered points rung by rung (chains built, parked,
 /// borrowed), then the uncovered ones on synthetic KV (§3.1 reorder #2).
 pub(super) fn plan_chain_sweep(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     grid: &Grid,
     cfg: &GridConfig,
     need: &LayoutNeed,
@@ -67,7 +67,7 @@ const STAGE_FAILED_UNDER_DP: &str = "stage_failed_under_attention_dp";
 /// shed before a fake-fallback point and at the end (§3.3, §3.7). Returns the
 /// points that fell back after a local failure on a single rank (measured on
 /// synthetic KV later).
-fn measure_covered(p: &mut Planner<'_>, points: &[Point], rungs: &[(u64, u64)]) -> Result<Vec<u64>, SweepError> {
+fn measure_covered(p: &mut SweepBuilder<'_>, points: &[Point], rungs: &[(u64, u64)]) -> Result<Vec<u64>, SweepError> {
     let attention_dp = p.attention_dp();
     let mut stage: Option<(u64, u64)> = None; // (batch, generation)
     let mut generation = 0u64;
@@ -126,7 +126,7 @@ fn measure_covered(p: &mut Planner<'_>, points: &[Point], rungs: &[(u64, u64)]) 
 
 /// A covered point its stage did not measure: skipped on every rank under
 /// attention DP (§7.4), otherwise demoted to synthetic KV.
-fn set_aside(p: &mut Planner<'_>, attention_dp: bool, pt: &Point, demoted: &mut Vec<u64>) {
+fn set_aside(p: &mut SweepBuilder<'_>, attention_dp: bool, pt: &Point, demoted: &mut Vec<u64>) {
     if attention_dp {
         p.skip_point(pt.point.benchmark_id, STAGE_FAILED_UNDER_DP);
     } else {

@@ -6,7 +6,7 @@ use crate::fpm::capacity::LayoutNeed;
 use crate::fpm::grid::{
     decode_admission, BenchmarkPoint, BlockNeed, BlockNeedQuery, DecodeAdmission, Grid, GridConfig, PointKey, PointType,
 };
-use crate::fpm::sweep::{dp, CapacityFallback, Planner, SweepError};
+use crate::fpm::sweep::{dp, CapacityFallback, SweepBuilder, SweepError};
 
 /// One decode point with its admission and whether the rung plan covers it.
 pub(super) struct Point {
@@ -27,7 +27,7 @@ pub(super) struct RungSizing<'a> {
 }
 
 impl<'a> RungSizing<'a> {
-    pub(super) fn new(p: &Planner<'_>, need: &'a LayoutNeed) -> RungSizing<'a> {
+    pub(super) fn new(p: &SweepBuilder<'_>, need: &'a LayoutNeed) -> RungSizing<'a> {
         let s = p.s;
         let repeats = s.bench.giant_kv_repeats;
         // §3.1 step 3 / §8.2 bug 6: margin = point need = 1 + repeats for every point
@@ -98,7 +98,7 @@ pub(super) fn rung_depth(rungs: &[(u64, u64)], b: u64) -> u64 {
 /// min(max injected + margin, cap); the depth is trimmed until B chains plus B
 /// shadow tails fit the usable pool.
 pub(super) fn rung_depths(
-    p: &Planner<'_>,
+    p: &SweepBuilder<'_>,
     cfg: &GridConfig,
     sizing: &RungSizing<'_>,
     points: &[Point],
@@ -156,7 +156,7 @@ fn trimmed_depth(depth: u64, fits: impl Fn(u64) -> bool) -> u64 {
 /// is a capacity fallback; under attention DP (§7.4: real KV only) the uncovered
 /// points are dropped and the rest renumbered.
 pub(super) fn mark_covered(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     grid: &Grid,
     cfg: &GridConfig,
     sizing: &RungSizing<'_>,

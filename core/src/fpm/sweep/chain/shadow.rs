@@ -7,7 +7,7 @@ use crate::bugs::BugMutant;
 use crate::fpm::capacity::LayoutNeed;
 use crate::fpm::grid::{decode_step_plan, DecodeStepInput, DecodeStepPlan, GiantKvPolicy, SampleReason};
 use crate::fpm::sweep::ops::{decode_step, retire};
-use crate::fpm::sweep::{prompt_sha256, variance, ExecutionRecord, Planner, PromptEvidence, SweepError};
+use crate::fpm::sweep::{prompt_sha256, variance, ExecutionRecord, PromptEvidence, SweepBuilder, SweepError};
 use crate::plan::{FaultSpec, PlanOp};
 
 /// One covered point on shadows (§3.5, §1.10): register one shadow per request in
@@ -16,7 +16,7 @@ use crate::plan::{FaultSpec, PlanOp};
 /// Returns false when a rank failed locally: the group verdict (AND over ranks,
 /// taken before the point is injected) makes every rank retire the shadows it
 /// registered and not measure the point (§7.3; §8.1 invariant 34).
-pub(super) fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation: u64) -> Result<bool, SweepError> {
+pub(super) fn plan_shadow_execution(p: &mut SweepBuilder<'_>, pt: &Point, generation: u64) -> Result<bool, SweepError> {
     let s = p.s;
     let id = pt.point.benchmark_id;
     let injected = &pt.adm.injected_lengths;
@@ -69,7 +69,7 @@ pub(super) fn plan_shadow_execution(p: &mut Planner<'_>, pt: &Point, generation:
 }
 
 /// The point's decode steps on real KV (§1.10 step 4).
-fn real_kv_step_plan(p: &Planner<'_>, pt: &Point) -> DecodeStepPlan {
+fn real_kv_step_plan(p: &SweepBuilder<'_>, pt: &Point) -> DecodeStepPlan {
     let s = p.s;
     let need = LayoutNeed::new(s.scenario.kv_config());
     decode_step_plan(
@@ -118,7 +118,7 @@ impl Registered {
 /// the rung's chains, stopping at its first failure, then releases the CoW
 /// retentions (§3.5 steps 2–3, §3.6).
 fn register_shadows(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     injected: &[u64],
     generation: u64,
     headroom: u64,
@@ -187,7 +187,7 @@ struct Timed {
 /// The timed admission step and the steady steps (§1.10); shadows allocate
 /// nothing: their tails were registered up front.
 fn timed_steps(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     pt: &Point,
     extra_steps: u64,
     local_ok: &[bool],
@@ -227,7 +227,7 @@ fn timed_steps(
 
 /// The point measured on real KV: one execution record per rank, with the
 /// shadows' prompt evidence.
-fn record_executions(p: &mut Planner<'_>, pt: &Point, timed: Timed) {
+fn record_executions(p: &mut SweepBuilder<'_>, pt: &Point, timed: Timed) {
     let s = p.s;
     let vocab = s.scenario.model.vocab_size;
     let random_kda = s.bench.random_kda;

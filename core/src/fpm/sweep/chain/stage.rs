@@ -5,7 +5,7 @@ use super::live::Live;
 use super::registration::shadow_tail_blocks;
 use crate::bugs::BugMutant;
 use crate::fpm::capacity::LayoutNeed;
-use crate::fpm::sweep::{Planner, StageRecord};
+use crate::fpm::sweep::{StageRecord, SweepBuilder};
 use crate::kv::GroupKind;
 use crate::plan::{BatchEntry, Expect, FaultSpec, PlanOp, Tokens};
 
@@ -19,7 +19,7 @@ use crate::plan::{BatchEntry, Expect, FaultSpec, PlanOp, Tokens};
 /// stage starts or continues after it (§3.3 step 4; §8.1 invariant 36); the
 /// caller sheds the chains added so far.
 pub(super) fn build_stage(
-    p: &mut Planner<'_>,
+    p: &mut SweepBuilder<'_>,
     generation: u64,
     batch: usize,
     depth: u64,
@@ -102,7 +102,7 @@ struct StageBuild {
 }
 
 impl StageBuild {
-    fn new(p: &Planner<'_>, generation: u64, batch: usize, depth: u64) -> StageBuild {
+    fn new(p: &SweepBuilder<'_>, generation: u64, batch: usize, depth: u64) -> StageBuild {
         let s = p.s;
         let align = s
             .scenario
@@ -219,7 +219,7 @@ impl StageBuild {
 
 /// Whether every still-building rank's chains have computed their prompt with no
 /// output in flight (§8.2 bug 7 counts a chain ready before its output landed).
-fn fleet_parked(p: &Planner<'_>, build: &StageBuild, local: &[Local], ignore_placeholders: bool) -> bool {
+fn fleet_parked(p: &SweepBuilder<'_>, build: &StageBuild, local: &[Local], ignore_placeholders: bool) -> bool {
     (0..p.s.scenario.dp_ranks).all(|rank| {
         let e = p.engine(rank);
         local[rank as usize] != Local::Building
@@ -233,7 +233,7 @@ fn fleet_parked(p: &Planner<'_>, build: &StageBuild, local: &[Local], ignore_pla
 /// §7.3 (last bullet), invariant 35: each rank's local verdict is whether the
 /// rung's worst-case shadow tails fit its free pool with the fleet parked; the
 /// group verdict is the AND, the same on every rank.
-fn group_verdict(p: &Planner<'_>, local: &[Local], batch: usize) -> bool {
+fn group_verdict(p: &SweepBuilder<'_>, local: &[Local], batch: usize) -> bool {
     let s = p.s;
     let built = local.iter().all(|l| *l == Local::Building);
     built
@@ -247,7 +247,7 @@ fn group_verdict(p: &Planner<'_>, local: &[Local], batch: usize) -> bool {
 /// `_kvwarm_shed_chains` (§3.7): retire every chain through `finish_requests`
 /// (fenced), then drain the fence before anything draws from the pool again.
 /// Chains a rank already shed after a local failure are not shed twice.
-pub(super) fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
+pub(super) fn shed_chains(p: &mut SweepBuilder<'_>, generation: u64, batch: usize) {
     let drain = !p.bug(BugMutant::NoIdleBeforeDraw);
     p.step_live(|rank, live| {
         for i in 0..batch {
@@ -263,7 +263,11 @@ pub(super) fn shed_chains(p: &mut Planner<'_>, generation: u64, batch: usize) {
 }
 
 /// Chains still waiting (never scheduled), per rank, with their prompts.
-pub(super) fn waiting_chains(p: &Planner<'_>, generation: u64, batch: usize) -> Vec<Vec<(String, Tokens, String)>> {
+pub(super) fn waiting_chains(
+    p: &SweepBuilder<'_>,
+    generation: u64,
+    batch: usize,
+) -> Vec<Vec<(String, Tokens, String)>> {
     let vocab = p.s.scenario.model.vocab_size;
     (0..p.s.scenario.dp_ranks)
         .map(|rank| {
@@ -290,7 +294,7 @@ pub(super) fn waiting_chains(p: &Planner<'_>, generation: u64, batch: usize) -> 
 
 /// §8.2 bug 2: a chain shed by hand while still waiting stays in the scheduler's
 /// waiting queue, which admits it again.
-pub(super) fn readmit(p: &mut Planner<'_>, waiting: Vec<Vec<(String, Tokens, String)>>) {
+pub(super) fn readmit(p: &mut SweepBuilder<'_>, waiting: Vec<Vec<(String, Tokens, String)>>) {
     p.step_live(|rank, live| {
         for (id, prompt, salt) in &waiting[rank as usize] {
             live.op(PlanOp::AddRequest {
