@@ -322,3 +322,17 @@ impl FromStr for Mutant {
         })
     }
 }
+
+// Here, not in `kv/`: the model knows nothing of the invariants that judge it.
+impl ModelMutant {
+    /// The invariant this mutant must trip.
+    pub fn breaks(self) -> InvariantId {
+        match self {
+            ModelMutant::TouchForgetsRef => InvariantId::KvRef,
+            ModelMutant::TouchKeepsFreeQueue => InvariantId::KvFreeq,
+            ModelMutant::StaleCacheEntry => InvariantId::KvCache,
+            ModelMutant::LeakOnFree => InvariantId::KvConserve,
+            ModelMutant::HandOutNullBlock => InvariantId::KvNull,
+        }
+    }
+}

@@ -399,7 +399,7 @@ fn layout_json(lowered: &LoweredPlan) -> Vec<Value> {
         .map(|(i, g)| {
             let (rank, group) = lowered.plan_group(kvsim_gpu::GroupId(i as u32));
             json!({
-                "rank": rank, "group": group, "kind": g.kind.name(), "block_size": g.block_size_tokens,
+                "rank": rank, "group": group, "kind": g.kind.device_name(), "block_size": g.block_size_tokens,
                 "layers": g.layers, "kv_heads": g.kv_heads, "q_heads": g.q_heads, "head_dim": g.head_dim,
                 "blocks": g.blocks_total, "pool_bytes": g.pool_bytes(),
                 "kernel": kernel_name(AttnKernel::for_group(g)),

@@ -4,8 +4,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::invariants::InvariantId;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ModelMutant {
     /// `touch` adopts a hit without taking a reference → KV-REF.
@@ -36,17 +34,6 @@ impl ModelMutant {
             ModelMutant::StaleCacheEntry => "stale-cache-entry",
             ModelMutant::LeakOnFree => "leak-on-free",
             ModelMutant::HandOutNullBlock => "hand-out-null-block",
-        }
-    }
-
-    /// The invariant this mutant must trip.
-    pub fn breaks(self) -> InvariantId {
-        match self {
-            ModelMutant::TouchForgetsRef => InvariantId::KvRef,
-            ModelMutant::TouchKeepsFreeQueue => InvariantId::KvFreeq,
-            ModelMutant::StaleCacheEntry => InvariantId::KvCache,
-            ModelMutant::LeakOnFree => InvariantId::KvConserve,
-            ModelMutant::HandOutNullBlock => InvariantId::KvNull,
         }
     }
 }

@@ -111,7 +111,7 @@ pub fn run_plan_opts(plan: &Plan, opts: RunOptions, progress: &mut dyn FnMut(u64
             .as_ref()
             .and_then(|b| serde_json::from_value::<BenchmarkMeta>(b.clone()).ok())
         {
-            if let Some(v) = check_regime_labels(&meta.executions) {
+            if let Some(v) = check_regime_labels(meta.executions.iter().map(|e| e.regime_row())) {
                 report.outcome = Outcome::Violation(
                     Finding::at(report.last_step, 0, None, json!(null), v.detail).with_invariant(v.id.as_str()),
                 );

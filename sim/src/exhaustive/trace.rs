@@ -18,7 +18,7 @@ pub fn config_json(c: &KvConfig) -> Value {
             GroupKind::SlidingWindow { sliding_window } => {
                 json!({"kind": "sliding_window", "sliding_window": sliding_window, "block_size": g.block_size})
             }
-            kind => json!({"kind": kind.device_name(), "block_size": g.block_size}),
+            kind => json!({"kind": kind.name(), "block_size": g.block_size}),
         })
         .collect();
     json!({

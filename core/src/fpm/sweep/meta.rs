@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fpm::grid::BenchmarkPoint;
+use crate::fpm::grid::{BenchmarkPoint, SampleReason};
+use crate::invariants::record::{RegimeRow, RegimeStamp};
 
 /// One prompt's evidence: token ids as little-endian u32, SHA-256 (dynamo_fpm.md §6.6).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +39,26 @@ pub struct ExecutionRecord {
     pub prompts: Vec<PromptEvidence>,
     /// Untimed prefill tokens spent warming this execution (native only).
     pub warm_prefill_tokens: u64,
+}
+
+impl ExecutionRecord {
+    /// The row as the record invariants read it (AR-REGIME).
+    pub fn regime_row(&self) -> RegimeRow<'_> {
+        let reasons = &self.point.sample_reasons;
+        let stamp = if reasons.contains(&SampleReason::KvwarmRealKv) {
+            Some(RegimeStamp::RealKv)
+        } else if reasons.contains(&SampleReason::KvwarmFakeFallback) {
+            Some(RegimeStamp::FakeFallback)
+        } else {
+            None
+        };
+        RegimeRow {
+            benchmark_id: self.point.benchmark_id,
+            rank: self.rank,
+            regime: &self.kv_seed_regime,
+            stamp,
+        }
+    }
 }
 
 /// A `kvwarm.stages[]` entry (§5.3).
