@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use crate::invariants::InvariantId;
 use crate::kv::mutant::ModelMutant;
+use crate::slips::SlipMutant;
 
 /// Where a mutant lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,24 +252,27 @@ impl BugMutant {
     }
 }
 
-/// Any mutant `--mutant` accepts: a seed bug or a block-pool model bug.
+/// Any mutant `--mutant` accepts: a seed bug, a block-pool model bug or a slip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mutant {
     Bug(BugMutant),
     Model(ModelMutant),
+    Slip(SlipMutant),
 }
 
 impl Mutant {
-    /// Every mutant, seed bugs first (in bug order), then the model mutants.
+    /// Every mutant, seed bugs first (in bug order), then the model mutants, then the slips.
     pub fn all() -> Vec<Mutant> {
         let mut v: Vec<Mutant> = BUGS.iter().map(|b| Mutant::Bug(b.mutant)).collect();
         v.extend(ModelMutant::ALL.into_iter().map(Mutant::Model));
+        v.extend(SlipMutant::ALL.into_iter().map(Mutant::Slip));
         v
     }
     pub fn name(self) -> &'static str {
         match self {
             Mutant::Bug(b) => b.name(),
             Mutant::Model(m) => m.name(),
+            Mutant::Slip(s) => s.name(),
         }
     }
     /// The invariant that must catch it.
@@ -276,6 +280,7 @@ impl Mutant {
         match self {
             Mutant::Bug(b) => b.info().invariant,
             Mutant::Model(m) => m.breaks(),
+            Mutant::Slip(s) => s.invariant(),
         }
     }
     /// Whether a violation of `id` is this mutant's bug showing. A leaked block
@@ -290,19 +295,19 @@ impl Mutant {
     pub fn in_engine(self) -> bool {
         match self {
             Mutant::Bug(b) => b.info().site == Site::Engine,
-            Mutant::Model(_) => true,
+            Mutant::Model(_) | Mutant::Slip(_) => true,
         }
     }
     pub fn bug(self) -> Option<BugMutant> {
         match self {
             Mutant::Bug(b) => Some(b),
-            Mutant::Model(_) => None,
+            Mutant::Model(_) | Mutant::Slip(_) => None,
         }
     }
     pub fn model(self) -> Option<ModelMutant> {
         match self {
             Mutant::Model(m) => Some(m),
-            Mutant::Bug(_) => None,
+            Mutant::Bug(_) | Mutant::Slip(_) => None,
         }
     }
 }

@@ -9,3 +9,4 @@ pub mod invariants;
 pub mod kv;
 pub mod kvtrace;
 pub mod plan;
+pub mod slips;

@@ -1,9 +1,10 @@
-//! `kvsim mutants`: the seed bugs kvsim can switch back on, and the model mutants.
+//! `kvsim mutants`: the seed bugs kvsim can switch back on, the model mutants and the slips.
 
 use std::process::ExitCode;
 
 use kvsim_core::bugs::{Site, BUGS};
 use kvsim_core::kv::mutant::ModelMutant;
+use kvsim_core::slips::SlipMutant;
 
 use super::{say, CliError};
 
@@ -29,6 +30,16 @@ pub fn run() -> Result<ExitCode, CliError> {
             "-",
             "model",
             m.breaks()
+        ))?;
+    }
+    for s in SlipMutant::ALL {
+        say(format_args!(
+            "{:<30} {:>3}  {:<7} {:<17} {}",
+            s.name(),
+            "-",
+            "slip",
+            s.invariant(),
+            s.cause()
         ))?;
     }
     say("seed bugs kvsim does not express, and why: spec/mutants.md")?;

@@ -120,10 +120,11 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
         prop::option::of((0u32..2, 1u64..=2)),
         any::<u8>(),
         2usize..=8,
+        any::<bool>(),
     );
     (core, faults).prop_map(|(c, f)| {
         let (scenario, strategy, max_len, max_seqs, batched_tokens, block_size, window, pool_pct, repeats, b) = c;
-        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples) = f;
+        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, shared) = f;
         (
             scenario,
             CaseSpec {
@@ -147,6 +148,7 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
                 message_lag,
                 capture,
                 kv_samples,
+                shared_prompt_content: shared,
             },
         )
     })

@@ -25,6 +25,7 @@ use content::PrefixHashes;
 use crate::bugs::{BugMutant, Mutant};
 use crate::kv::{KvCacheManager, ReqId, Request};
 use crate::plan::Scenario;
+use crate::slips::SlipMutant;
 
 /// A request the engine knows about.
 #[derive(Clone, Debug)]
@@ -177,6 +178,11 @@ impl Engine {
         self.mutant == Some(Mutant::Bug(m))
     }
 
+    /// Whether slip `s` is switched on.
+    pub fn slip(&self, s: SlipMutant) -> bool {
+        self.mutant == Some(Mutant::Slip(s))
+    }
+
     /// The next shadow registration fails (a `stage_failure` fault is due).
     pub fn registration_fails_next(&self) -> bool {
         self.fail_registration_after == Some(0)
@@ -209,6 +215,8 @@ impl Engine {
     }
 
     fn new_request(&mut self, prompt: Vec<u64>, salt: Option<String>) -> EngineReq {
+        // Issue 19's slip: the salt never reaches the block hashes.
+        let salt = salt.filter(|_| !self.slip(SlipMutant::SaltIgnored));
         let rid = self.next_rid;
         self.next_rid += 1;
         let req = Request::new(rid, prompt, salt, self.kv.request_hash_block_size());

@@ -23,6 +23,11 @@ pub struct BenchSettings {
     pub giant_kv_repeats: u64,
     /// The soft timeout in (simulated) seconds (§1.12).
     pub timeout_seconds: u64,
+    /// A swarm knob, not a Dynamo setting: every point's slot-k request draws the same prompt
+    /// tokens while keeping its own cache salt, so only the salt keeps their blocks apart
+    /// (issue 19: identical content under distinct salts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_prompt_content: bool,
 }
 
 /// A scenario with its benchmark settings (built in, or loaded from a file).
@@ -110,6 +115,7 @@ fn bench(expert_parallel: bool) -> BenchSettings {
         },
         giant_kv_threshold: 1_000_000,
         giant_kv_repeats: 3,
+        shared_prompt_content: false,
         timeout_seconds: 900,
     }
 }

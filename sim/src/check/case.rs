@@ -54,6 +54,9 @@ pub struct CaseSpec {
     pub shrink_pool: Option<(u32, u32, u32)>,
     /// (rank, steps): that rank's messages arrive late.
     pub message_lag: Option<(u32, u64)>,
+    /// Every point's slot-k request draws the same prompt under its own cache salt, so only
+    /// the salt keeps their blocks apart (drawn last: earlier knobs keep their draws).
+    pub shared_prompt_content: bool,
 }
 
 fn pick<T: Copy>(rng: &mut impl Rng, xs: &[T]) -> T {
@@ -101,6 +104,7 @@ impl CaseSpec {
                 (at, rng.gen_range(1..25), rank(rng))
             }),
             message_lag: on(rng, 0.2).then(|| (rank(rng), rng.gen_range(1..=2))),
+            shared_prompt_content: on(rng, 0.3),
         }
     }
 }
@@ -139,6 +143,7 @@ pub fn build_scenario(base: &BuiltinScenario, c: &CaseSpec) -> Result<BuiltinSce
     s.bench.giant_kv_repeats = c.repeats;
     s.bench.giant_kv_threshold = if c.giant { 2 * c.max_len } else { 1_000_000 };
     s.bench.random_kda = c.random_kda && has_state;
+    s.bench.shared_prompt_content = c.shared_prompt_content;
     let need = LayoutNeed::new(s.scenario.kv_config());
     let per_req = need.blocks_per_req(BlockNeedQuery {
         num_tokens: c.max_len,

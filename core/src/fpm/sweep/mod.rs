@@ -462,6 +462,16 @@ fn plan_execution(
             format!("point{id}:dp{rank}:slot{slot}")
         }
     };
+    // What a request's prompt tokens are drawn from: its salt, or (the swarm's
+    // `shared_prompt_content`) its slot alone, so that only the cache salt separates points.
+    let shared_content = p.s.bench.shared_prompt_content;
+    let content = |rank: u32, slot: usize| {
+        if shared_content {
+            format!("shared:dp{rank}:slot{slot}")
+        } else {
+            salt(rank, slot)
+        }
+    };
     // §8.2 bug 21: measured on the admission step alone.
     let extra_steps = if p.bug(BugMutant::AdmissionShapedDecode) {
         0
@@ -478,7 +488,7 @@ fn plan_execution(
             .enumerate()
             .map(|(slot, &len)| {
                 let t = Tokens::Salted {
-                    salt: salt(rank, slot),
+                    salt: content(rank, slot),
                     len: prompt_len(len),
                     vocab,
                 }
@@ -493,7 +503,7 @@ fn plan_execution(
     };
     let first_step = p.next_step;
     let warm = match kv {
-        Kv::Native => match native_prefill(p, injected, &salt, &req, vocab) {
+        Kv::Native => match native_prefill(p, injected, (&salt, &content), &req, vocab) {
             Ok(w) => w,
             Err(waiting) => {
                 // The deadline passed mid-prefill: the stage is shed, nothing measured (§1.12).
@@ -506,7 +516,7 @@ fn plan_execution(
                             .map(|&slot| PlanOp::AddRequest {
                                 req: req(rank, slot),
                                 prompt: Tokens::Salted {
-                                    salt: salt(rank, slot),
+                                    salt: content(rank, slot),
                                     len: injected[slot],
                                     vocab,
                                 },
@@ -520,7 +530,7 @@ fn plan_execution(
         },
         Kv::Fake => {
             p.step(|rank| {
-                let mut ops = fake_injection(injected, rank, &salt, &req, vocab);
+                let mut ops = fake_injection(injected, rank, (&salt, &content), &req, vocab);
                 if late_cache {
                     ops.retain(|o| !matches!(o, PlanOp::CacheBlocks { .. }));
                 }

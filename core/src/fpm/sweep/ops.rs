@@ -3,6 +3,9 @@
 use super::SweepBuilder;
 use crate::plan::{BatchEntry, PlanOp, Tokens};
 
+/// A per-(rank, slot) name: a request's cache salt, or what its prompt tokens are drawn from.
+pub(super) type SlotName<'a> = &'a dyn Fn(u32, usize) -> String;
+
 /// A deterministic stand-in for a sampled token.
 fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
     let t = Tokens::Salted {
@@ -23,7 +26,7 @@ fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
 pub(super) fn native_prefill(
     p: &mut SweepBuilder<'_>,
     injected: &[u64],
-    salt: &dyn Fn(u32, usize) -> String,
+    (salt, content): (SlotName<'_>, SlotName<'_>),
     req: &dyn Fn(u32, usize) -> String,
     vocab: u64,
 ) -> Result<u64, Vec<usize>> {
@@ -69,7 +72,7 @@ pub(super) fn native_prefill(
             if add {
                 for (slot, &len) in injected.iter().enumerate() {
                     let prompt = Tokens::Salted {
-                        salt: salt(rank, slot),
+                        salt: content(rank, slot),
                         len,
                         vocab,
                     };
@@ -117,7 +120,7 @@ pub(super) fn native_prefill(
 pub(super) fn fake_injection(
     injected: &[u64],
     rank: u32,
-    salt: &dyn Fn(u32, usize) -> String,
+    (salt, content): (SlotName<'_>, SlotName<'_>),
     req: &dyn Fn(u32, usize) -> String,
     vocab: u64,
 ) -> Vec<PlanOp> {
@@ -125,7 +128,7 @@ pub(super) fn fake_injection(
     for (slot, &len) in injected.iter().enumerate() {
         let r = req(rank, slot);
         let prompt = Tokens::Salted {
-            salt: salt(rank, slot),
+            salt: content(rank, slot),
             len: len + 1,
             vocab,
         };

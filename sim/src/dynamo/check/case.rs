@@ -340,6 +340,7 @@ impl RealCase {
             capture: self.capture,
             shrink_pool: None,
             message_lag: None,
+            shared_prompt_content: false,
         }
     }
 
