@@ -27,7 +27,7 @@ pub(super) fn native_prefill(
     p: &mut SweepBuilder<'_>,
     injected: &[u64],
     (salt, content): (SlotName<'_>, SlotName<'_>),
-    req: &dyn Fn(u32, usize) -> String,
+    req: SlotName<'_>,
     vocab: u64,
 ) -> Result<u64, Vec<usize>> {
     let ignore_deadline = p.bug(crate::bugs::BugMutant::StageBuildIgnoresDeadline);
@@ -121,7 +121,7 @@ pub(super) fn fake_injection(
     injected: &[u64],
     rank: u32,
     (salt, content): (SlotName<'_>, SlotName<'_>),
-    req: &dyn Fn(u32, usize) -> String,
+    req: SlotName<'_>,
     vocab: u64,
 ) -> Vec<PlanOp> {
     let mut ops = Vec::new();
@@ -164,7 +164,7 @@ pub(super) fn decode_step(
     point: u64,
     admission: bool,
     schedule: bool,
-    req: &dyn Fn(u32, usize) -> String,
+    req: SlotName<'_>,
 ) -> Vec<PlanOp> {
     let mut ops = Vec::new();
     if admission {

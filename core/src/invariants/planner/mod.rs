@@ -26,10 +26,11 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
     use PlannerEvent as E;
     let one = |v: Option<Violation>| v.into_iter().collect();
     match event {
-        E::HostOp { .. } | E::PointInjected { .. } | E::StageScheduled { .. } | E::ShadowRegistering { .. } => {
-            one(timing::check(event))
-        }
-        E::SweepEnded { .. } => one(timing::check(event)),
+        E::HostOp { .. }
+        | E::PointInjected { .. }
+        | E::StageScheduled { .. }
+        | E::ShadowRegistering { .. }
+        | E::SweepEnded { .. } => one(timing::check(event)),
         E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } => one(fence::check(event)),
         E::Admitted { .. } | E::PrefixHit { .. } | E::AllocationRefused { .. } | E::Running { .. } => {
             one(admission::check(event))
