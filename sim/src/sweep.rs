@@ -9,7 +9,7 @@ use kvsim_core::fpm::scenarios::BuiltinScenario;
 use kvsim_core::fpm::sweep::{BenchmarkMeta, SweepError, SweepOptions};
 use kvsim_core::plan::Plan;
 
-use crate::exec::{plan_hash, run_plan_with_progress, RunReport};
+use crate::exec::{plan_hash, run_plan_opts, RunOptions, RunReport};
 
 pub struct SweepRun {
     pub plan: Plan,
@@ -40,8 +40,20 @@ pub fn run_sweep_with(
     opts: &SweepOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SweepRun, SweepError> {
+    run_sweep_checked(s, strategy, opts, RunOptions::default(), progress)
+}
+
+/// `run_sweep_with`, the plan run with `run` (e.g. `paranoid`: the full model scan after
+/// every op).
+pub fn run_sweep_checked(
+    s: &BuiltinScenario,
+    strategy: Option<Strategy>,
+    opts: &SweepOptions,
+    run: RunOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SweepRun, SweepError> {
     let planned = planner::plan(strategy.map(planner::for_strategy), s, opts)?;
-    let report = run_plan_with_progress(&planned.plan, progress);
+    let report = run_plan_opts(&planned.plan, run, progress);
     let artifacts = artifacts_for(&planned.plan, &report).unwrap_or_default();
     Ok(SweepRun {
         plan: planned.plan,

@@ -50,6 +50,10 @@ pub struct ReplayArgs {
     /// The executor.
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: Backend,
+    /// Scan the whole KV model after every op instead of what the op changed (sim; slower,
+    /// the same verdict).
+    #[arg(long)]
+    pub paranoid: bool,
     /// Also write the JSON-lines op trace here.
     #[arg(long)]
     pub trace: Option<PathBuf>,
@@ -125,14 +129,15 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
             &plan,
             RunOptions {
                 mutant,
+                paranoid: a.paranoid,
                 ..RunOptions::default()
             },
             &mut |_, _| {},
         ),
         Backend::Gpu => {
-            if a.trace.is_some() || a.perfetto.is_some() || mutant.is_some() {
+            if a.trace.is_some() || a.perfetto.is_some() || mutant.is_some() || a.paranoid {
                 return Err(CliError::Input(
-                    "--trace, --perfetto and --mutant are for the sim backend".into(),
+                    "--trace, --perfetto, --mutant and --paranoid are for the sim backend".into(),
                 ));
             }
             let out = a

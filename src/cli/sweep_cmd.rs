@@ -13,9 +13,9 @@ use kvsim_core::fpm::scenarios::{builtin_scenarios, validate_scenario};
 use super::{say, CliError};
 use kvsim_core::fpm::sweep::SweepOptions;
 use kvsim_core::plan::GroupKindName;
-use kvsim_sim::exec::Outcome;
+use kvsim_sim::exec::{Outcome, RunOptions};
 use kvsim_sim::output::write_atomic;
-use kvsim_sim::sweep::{rank_path, run_sweep_with};
+use kvsim_sim::sweep::{rank_path, run_sweep_checked};
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -42,6 +42,10 @@ pub struct SweepArgs {
     /// deterministic random recurrent state; the scenario needs a Mamba/KDA group.
     #[arg(long)]
     pub random_kda: bool,
+    /// Scan the whole KV model after every op instead of what the op changed (slower; the
+    /// verdict is the same: tests/tests/incremental_model.rs).
+    #[arg(long)]
+    pub paranoid: bool,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -93,7 +97,12 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         timeout_seconds: a.timeout_seconds,
         ..SweepOptions::default()
     };
-    let run = run_sweep_with(&s, strategy, &opts, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
+    let checks = RunOptions {
+        paranoid: a.paranoid,
+        ..RunOptions::default()
+    };
+    let run =
+        run_sweep_checked(&s, strategy, &opts, checks, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
     if tty {
         eprintln!();
     }

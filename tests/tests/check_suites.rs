@@ -75,14 +75,7 @@ fn every_mutant_is_killed_by_its_invariant_and_its_shrunk_plan_replays() {
         assert!(ops <= 20, "{m}: {ops} ops after shrinking");
         // Replayed as a user would: from JSON, with --mutant only for engine mutants.
         let plan = load_plan(&serde_json::to_string(row.plan.as_ref().unwrap()).unwrap()).unwrap();
-        let r = run_plan_opts(
-            &plan,
-            RunOptions {
-                mutant: m.in_engine().then_some(m),
-                trace: false,
-            },
-            &mut |_, _| {},
-        );
+        let r = run_plan_opts(&plan, RunOptions::quiet(m.in_engine().then_some(m)), &mut |_, _| {});
         assert!(matches!(&r.outcome, Outcome::Violation(f) if f.invariant.as_deref() == Some(inv)));
         if !m.in_engine() {
             continue;

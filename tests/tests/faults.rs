@@ -191,10 +191,7 @@ fn message_lag_splits_the_ranks() {
     assert_eq!(run(&lagging), Outcome::Passed);
     // The non-blocking exchange (§8.2 bug 22) lets rank 0 act at once.
     let plan = kvsim_core::plan::load_plan(&lagging.to_string()).unwrap();
-    let opts = kvsim_sim::exec::RunOptions {
-        mutant: Some("nonblocking-stage-exchange".parse().unwrap()),
-        trace: false,
-    };
+    let opts = kvsim_sim::exec::RunOptions::quiet(Some("nonblocking-stage-exchange".parse().unwrap()));
     let r = kvsim_sim::exec::run_plan_opts(&plan, opts, &mut |_, _| {});
     assert_eq!(invariant(&r.outcome), Some("PL-DP-LOCKSTEP"));
 }

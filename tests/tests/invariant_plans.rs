@@ -236,14 +236,60 @@ fn every_catalog_entry_is_covered_by_a_test_here_or_by_a_model_mutant() {
     }
 }
 
+fn spec_invariants_md() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/invariants.md")).unwrap()
+}
+
 #[test]
 fn spec_invariants_md_matches_the_catalog() {
-    let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/invariants.md")).unwrap();
-    assert_eq!(
-        md,
-        kvsim_core::invariants::catalog::render_markdown(),
-        "regenerate with `kvsim invariants --markdown > spec/invariants.md`"
+    let md = spec_invariants_md();
+    let table = kvsim_core::invariants::catalog::render_markdown();
+    assert!(
+        md.starts_with(&table),
+        "the catalog table differs: regenerate it with `kvsim invariants --markdown` (keep the §8.1 section after it)"
     );
+}
+
+/// The §8.1 mapping is whole: rows 1..55 once each, a known status on each, the counts line
+/// right, and every catalog-style ID it names (PL-, KV-, DY-) in the catalog.
+#[test]
+fn every_s81_invariant_is_mapped() {
+    let md = spec_invariants_md();
+    let section = md.split("## dynamo_fpm.md §8.1").nth(1).expect("the §8.1 section");
+    let table = section.split("### Proposed checks").next().unwrap();
+    let mut numbers = Vec::new();
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for row in table.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| #")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        numbers.push(cells[0].trim_start_matches("| ").parse::<u32>().expect("a row number"));
+        let status = cells[3].trim();
+        assert!(
+            ["checked", "partly", "missing", "not checkable"].contains(&status),
+            "row {}: status {status:?}",
+            numbers.last().unwrap()
+        );
+        *counts.entry(status).or_default() += 1;
+        for id in cells[2].split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+            let catalog_style = ["PL-", "KV-", "DY-"].iter().any(|p| id.starts_with(p));
+            if catalog_style {
+                assert!(
+                    kvsim_core::invariants::InvariantId::parse(id).is_some(),
+                    "row {}: {id} is not in the catalog",
+                    numbers.last().unwrap()
+                );
+            }
+        }
+    }
+    assert_eq!(
+        numbers,
+        (1..=55).collect::<Vec<_>>(),
+        "one row per §8.1 invariant, in order"
+    );
+    let line = format!(
+        "**Counts:** {} checked · {} partly · {} missing · {} not checkable.",
+        counts["checked"], counts["partly"], counts["missing"], counts["not checkable"]
+    );
+    assert!(section.contains(&line), "the counts line should read: {line}");
 }
 
 #[test]

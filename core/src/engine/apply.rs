@@ -6,6 +6,7 @@ use super::content::ZERO_TAG;
 use super::{Engine, Mismatch};
 use crate::invariants::planner::{self, PlannerEvent};
 use crate::invariants::Violation;
+use crate::kv::changes::ModelChanges;
 use crate::kv::NULL_BLOCK;
 use crate::plan::PlanOp;
 
@@ -16,6 +17,9 @@ pub struct OpOutcome {
     pub violations: Vec<Violation>,
     /// A short, deterministic description of the op's result (for the trace).
     pub result: String,
+    /// What the op (and the faults since the last op) changed in the KV model; empty
+    /// unless the engine watches its model (`Engine::watch_model`).
+    pub changes: ModelChanges,
 }
 
 impl OpOutcome {
@@ -23,6 +27,7 @@ impl OpOutcome {
         OpOutcome {
             violations: Vec::new(),
             result: result.into(),
+            changes: ModelChanges::default(),
         }
     }
 
@@ -137,6 +142,7 @@ impl Engine {
         };
         pre.violations.append(&mut out.violations);
         out.violations = pre.violations;
+        out.changes = self.kv.take_changes();
         Ok(out)
     }
 

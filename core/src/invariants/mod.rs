@@ -7,6 +7,7 @@ pub mod planner;
 pub mod ranks;
 pub mod record;
 mod violation;
+pub mod watch;
 
 pub use catalog::InvariantId;
 pub use violation::Violation;

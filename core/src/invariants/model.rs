@@ -23,18 +23,20 @@ pub fn check_model(kv: &KvCacheManager, retained: &[u32]) -> Vec<Violation> {
 /// requests and groups, plus retained references); no table holds a block twice.
 fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violation>) {
     let mut holders = vec![0u32; kv.pool.num_blocks() as usize];
-    // The request that last counted each block, to spot a block twice in one table.
-    let mut last_seen: Vec<Option<(u32, u32)>> = vec![None; kv.pool.num_blocks() as usize];
+    // The table (numbered from 1) that last counted each block, to spot a block twice in one.
+    let mut last_seen = vec![0u32; kv.pool.num_blocks() as usize];
+    let mut table = 0u32;
     for m in &kv.groups {
         for req in m.request_ids() {
+            table += 1;
             for &b in m.table(req).iter().filter(|&&b| b != NULL_BLOCK) {
-                if last_seen[b as usize] == Some((m.group_id, req)) {
+                if last_seen[b as usize] == table {
                     out.push(Violation {
                         id: InvariantId::KvRef,
                         detail: format!("block {b} appears twice in request {req}'s group {} table", m.group_id),
                     });
                 }
-                last_seen[b as usize] = Some((m.group_id, req));
+                last_seen[b as usize] = table;
                 holders[b as usize] += 1;
             }
         }

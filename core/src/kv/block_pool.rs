@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::Entry;
 
+use super::changes::PoolChanges;
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
 use super::key_blocks::KeyBlocks;
@@ -36,8 +37,8 @@ pub struct BlockPool {
     /// One bit per block: set iff it has a primary key (observations list these ids).
     hashed: Vec<u64>,
     /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`),
-    /// indexed by block id.
-    secondary: Vec<Vec<BlockKey>>,
+    /// by block id; rare, so kept sparse (a pool's cost follows its use, not its size).
+    secondary: FastMap<u32, Vec<BlockKey>>,
     /// Key → block ids in insertion order; the first is what lookups return.
     cached: FastMap<BlockKey, KeyBlocks>,
     /// Bumped by every change to the keys or the hashed blocks (what observations
@@ -50,6 +51,8 @@ pub struct BlockPool {
     mutant: Option<ModelMutant>,
     /// Cached blocks evicted by allocations so far (a coverage goal).
     evictions: u64,
+    /// What changed since a watcher last looked (off unless one asks).
+    pub(crate) changes: PoolChanges,
 }
 
 impl BlockPool {
@@ -64,21 +67,23 @@ impl BlockPool {
         } else {
             1
         };
-        let free = FreeQueue::new(num_blocks as usize, first..num_blocks);
+        let free = FreeQueue::with_range(num_blocks as usize, first..num_blocks);
         BlockPool {
             num_blocks,
             enable_caching,
             ref_cnt: vec![0; num_blocks as usize],
             primary: vec![None; num_blocks as usize],
             hashed: vec![0; (num_blocks as usize).div_ceil(64)],
-            secondary: vec![Vec::new(); num_blocks as usize],
-            // Keys rarely outnumber blocks: sized once, no rehashing as it fills.
-            cached: FastMap::with_capacity_and_hasher(num_blocks as usize, Default::default()),
+            secondary: FastMap::default(),
+            // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
+            // tens of MB before its first op.
+            cached: FastMap::default(),
             hash_version: 0,
             free,
             scratch: (Vec::new(), Vec::new()),
             mutant,
             evictions: 0,
+            changes: PoolChanges::default(),
         }
     }
 
@@ -146,6 +151,13 @@ impl BlockPool {
 
     /// Set or clear a block's primary key, keeping the `hashed` bits in step.
     fn set_primary(&mut self, id: u32, tag: Option<BlockHashTag>) {
+        self.changes.block(id);
+        if let Some(old) = self.primary[id as usize] {
+            self.changes.key(old.key);
+        }
+        if let Some(new) = tag {
+            self.changes.key(new.key);
+        }
         let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
         if tag.is_some() {
             self.hashed[w] |= bit;
@@ -161,10 +173,15 @@ impl BlockPool {
         self.cached.get(key).map_or(&[], KeyBlocks::as_slice)
     }
 
+    /// The block's secondary keys (those beyond its primary).
+    pub fn secondary_keys(&self, id: u32) -> &[BlockKey] {
+        self.secondary.get(&id).map_or(&[], Vec::as_slice)
+    }
+
     /// Every key that points at `id` (primary first, then secondaries).
     pub fn keys_of(&self, id: u32) -> Vec<BlockKey> {
         let mut keys: Vec<BlockKey> = self.primary[id as usize].iter().map(|t| t.key).collect();
-        keys.extend_from_slice(&self.secondary[id as usize]);
+        keys.extend_from_slice(self.secondary_keys(id));
         keys
     }
 
@@ -204,6 +221,7 @@ impl BlockPool {
         out.reserve(n);
         for _ in 0..n {
             let id = self.free.pop_front().expect("length checked above");
+            self.changes.block(id);
             if self.enable_caching {
                 if self.mutant == Some(ModelMutant::StaleCacheEntry) {
                     self.set_primary(id, None);
@@ -219,17 +237,17 @@ impl BlockPool {
 
     /// `_maybe_evict_cached_block`: drop every key of the block (lazy eviction).
     pub fn evict_cached_block(&mut self, id: u32) -> bool {
+        self.changes.block(id);
         let mut removed = false;
         if let Some(tag) = self.primary[id as usize] {
             self.set_primary(id, None);
             removed |= self.pop_key(tag.key, id);
         }
-        // Taken out and put back empty so that its capacity is reused.
-        let mut secondary = std::mem::take(&mut self.secondary[id as usize]);
-        for key in secondary.drain(..) {
-            removed |= self.pop_key(key, id);
+        if let Some(secondary) = self.secondary.remove(&id) {
+            for key in secondary {
+                removed |= self.pop_key(key, id);
+            }
         }
-        self.secondary[id as usize] = secondary;
         removed
     }
 
@@ -240,6 +258,7 @@ impl BlockPool {
         if !ids.remove(id) {
             return false;
         }
+        self.changes.key(key);
         if ids.is_empty() {
             self.cached.remove(&key);
         }
@@ -253,6 +272,7 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
+            self.changes.block(b);
             if self.ref_cnt[b as usize] == 0 && self.mutant != Some(ModelMutant::TouchKeepsFreeQueue) {
                 self.free.remove(b);
             }
@@ -270,6 +290,7 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
+            self.changes.block(b);
             let r = &mut self.ref_cnt[b as usize];
             *r = r.saturating_sub(1);
             if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
@@ -289,6 +310,7 @@ impl BlockPool {
 
     /// Add a reference without touching the queue (copy-on-write retention).
     pub fn retain(&mut self, b: u32) {
+        self.changes.block(b);
         if self.ref_cnt[b as usize] == 0 {
             self.free.remove(b);
         }
@@ -309,10 +331,12 @@ impl BlockPool {
             }
         }
         self.hash_version += 1;
+        self.changes.block(id);
+        self.changes.key(key);
         match self.primary[id as usize] {
             None => self.set_primary(id, Some(BlockHashTag { key, num_tokens })),
             Some(_) => {
-                let s = &mut self.secondary[id as usize];
+                let s = self.secondary.entry(id).or_default();
                 if !s.contains(&key) {
                     s.push(key);
                 }
@@ -360,9 +384,21 @@ impl BlockPool {
         if self.free.len() != self.num_blocks as usize - 1 {
             return false;
         }
+        // Only hashed blocks have a primary: visiting them (not the pool) keeps a reset's
+        // cost with the cache's size. A watcher sees exactly these blocks and keys change.
+        let hashed: Vec<u32> = self.cached_block_ids().collect();
+        for id in hashed {
+            if let Some(t) = self.primary[id as usize].take() {
+                self.changes.key(t.key);
+            }
+            self.changes.block(id);
+        }
+        for (&id, keys) in &self.secondary {
+            self.changes.block(id);
+            keys.iter().for_each(|&k| self.changes.key(k));
+        }
         self.cached.clear();
-        self.secondary.iter_mut().for_each(Vec::clear);
-        self.primary.iter_mut().for_each(|p| *p = None);
+        self.secondary.clear();
         self.hashed.iter_mut().for_each(|w| *w = 0);
         self.hash_version += 1;
         true
@@ -380,7 +416,7 @@ impl BlockPool {
 
     /// Whether block `id` holds `key` (primary or secondary); allocation-free.
     pub fn holds_key(&self, id: u32, key: &BlockKey) -> bool {
-        self.primary[id as usize].is_some_and(|t| t.key == *key) || self.secondary[id as usize].contains(key)
+        self.primary[id as usize].is_some_and(|t| t.key == *key) || self.secondary_keys(id).contains(key)
     }
 
     /// Visit every map entry in unspecified order (callers must not let the order
@@ -393,7 +429,7 @@ impl BlockPool {
 
     /// Visit every secondary key of every block, in unspecified order.
     pub fn for_each_secondary(&self, mut f: impl FnMut(u32, &BlockKey)) {
-        for (b, keys) in (0u32..).zip(&self.secondary) {
+        for (&b, keys) in &self.secondary {
             keys.iter().for_each(|k| f(b, k));
         }
     }
@@ -411,10 +447,11 @@ impl BlockPool {
 
     /// Secondary keys per block (for invariant checks; sorted).
     pub fn secondary_entries(&self) -> Vec<(u32, Vec<BlockKey>)> {
-        let mut v: Vec<_> = (0u32..)
-            .zip(&self.secondary)
+        let mut v: Vec<_> = self
+            .secondary
+            .iter()
             .filter(|(_, k)| !k.is_empty())
-            .map(|(b, k)| (b, k.clone()))
+            .map(|(&b, k)| (b, k.clone()))
             .collect();
         v.sort();
         v
@@ -423,12 +460,14 @@ impl BlockPool {
     /// Test-only corruption hook used to show invariant checks can fail.
     #[doc(hidden)]
     pub fn corrupt_ref_cnt(&mut self, id: u32, value: u32) {
+        self.changes.block(id);
         self.ref_cnt[id as usize] = value;
     }
 
     /// Test-only corruption hook: link a block into the free queue regardless of state.
     #[doc(hidden)]
     pub fn corrupt_push_free(&mut self, id: u32) {
+        self.changes.block(id);
         if !self.free.contains(id) {
             self.free.push_back(id);
         }
@@ -437,6 +476,7 @@ impl BlockPool {
     /// Test-only corruption hook: register a key for a block without tagging the block.
     #[doc(hidden)]
     pub fn corrupt_insert_key(&mut self, key: BlockKey, id: u32) {
+        self.changes.key(key);
         match self.cached.entry(key) {
             Entry::Occupied(mut e) => e.get_mut().push(id),
             Entry::Vacant(e) => {

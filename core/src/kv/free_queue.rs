@@ -17,6 +17,32 @@ pub struct FreeQueue {
 
 impl FreeQueue {
     /// A queue holding `ids` in the given order, over an id space of `capacity`.
+    /// The common case (one run of consecutive ids) is linked in one pass over plain
+    /// vectors: a fresh pool's queue costs what its memory does.
+    pub fn with_range(capacity: usize, ids: std::ops::Range<u32>) -> Self {
+        let (start, end) = (ids.start as usize, ids.end as usize);
+        if start >= end {
+            return Self::new(capacity, ids);
+        }
+        let mut prev = vec![NIL; capacity];
+        let mut next = vec![NIL; capacity];
+        let mut linked = vec![false; capacity];
+        for i in start..end {
+            prev[i] = if i == start { NIL } else { i as u32 - 1 };
+            next[i] = if i + 1 == end { NIL } else { i as u32 + 1 };
+        }
+        linked[start..end].iter_mut().for_each(|l| *l = true);
+        FreeQueue {
+            prev,
+            next,
+            linked,
+            head: ids.start,
+            tail: ids.end - 1,
+            len: end - start,
+            version: (end - start) as u64,
+        }
+    }
+
     pub fn new(capacity: usize, ids: impl IntoIterator<Item = u32>) -> Self {
         let mut q = FreeQueue {
             prev: vec![NIL; capacity],
@@ -150,6 +176,16 @@ impl FreeQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_queue_is_the_queue_pushed_one_by_one() {
+        for (cap, r) in [(10, 1..10), (10, 0..10), (10, 3..4), (10, 5..5)] {
+            let (a, b) = (FreeQueue::with_range(cap, r.clone()), FreeQueue::new(cap, r.clone()));
+            assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>());
+            assert_eq!((a.len(), a.head, a.tail), (b.len(), b.head, b.tail), "{r:?}");
+            assert_eq!((a.prev, a.next, a.linked), (b.prev, b.next, b.linked), "{r:?}");
+        }
+    }
 
     #[test]
     fn prepend_puts_first_element_in_front_and_append_keeps_order() {

@@ -1,6 +1,7 @@
 //! vLLM's `KVCacheManager` API (vllm_kv.md §5) over one shared pool.
 
 use super::block_pool::{BlockPool, PoolError};
+use super::changes::{self, ModelChanges, TableChanges};
 use super::coordinator::Coordinator;
 use super::manager::GroupManager;
 use super::mutant::ModelMutant;
@@ -271,6 +272,24 @@ impl KvCacheManager {
                 .map_or(t.len(), |n| (n as usize).min(t.len()));
             m.num_cached.insert(req, cached);
         }
+    }
+
+    /// Log what every op changes from now on, for `take_changes` (the incremental
+    /// model invariants); logging stays off otherwise.
+    pub fn watch_changes(&mut self) {
+        self.pool.changes.enable(self.pool.num_blocks());
+        for m in &mut self.groups {
+            m.tables.changes.enable();
+        }
+    }
+
+    /// What changed since the last call (or since `watch_changes`); empty when not watching.
+    pub fn take_changes(&mut self) -> ModelChanges {
+        if !self.pool.changes.is_enabled() {
+            return ModelChanges::default();
+        }
+        let mut tables: Vec<&mut TableChanges> = self.groups.iter_mut().map(|m| &mut m.tables.changes).collect();
+        changes::drain(&mut self.pool.changes, &mut tables)
     }
 
     /// `reset_prefix_cache`: refused while any block is referenced.

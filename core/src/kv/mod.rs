@@ -2,6 +2,7 @@
 //! observable (`../shared/research/vllm_kv.md` §0 "core subset").
 
 pub mod block_pool;
+pub mod changes;
 pub mod coordinator;
 pub mod free_queue;
 pub mod hash;

@@ -1,10 +1,13 @@
 //! Token content: explicit ids or a named deterministic source.
 
+use std::cell::RefCell;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_128;
 
 use super::pyrandom::PyRandom;
-use crate::kv::hash::hash_block;
+use crate::kv::hash::{hash_block, FastMap};
 
 /// A request's prompt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -43,17 +46,66 @@ impl Tokens {
     pub fn materialise(&self) -> Vec<u64> {
         match self {
             Tokens::Ids { ids } => ids.clone(),
-            Tokens::Salted { salt, len, vocab } => {
-                let seed = hash_block(None, &[], Some(salt));
-                (0..*len)
-                    .map(|i| (hash_block(Some(seed), &[i], None) % u128::from((*vocab).max(1))) as u64)
-                    .collect()
-            }
+            Tokens::Salted { salt, len, vocab } => salted_draw(salt, *len, *vocab),
             Tokens::PyChoices { seed, len, low, high } => {
                 PyRandom::from_str_seed(seed).choices_range(*low, *high, *len)
             }
         }
     }
+}
+
+/// Tokens drawn lately, at most this many in all (64 MB): the ~5M distinct prompt tokens
+/// of the largest built-in sweep (`minimax-m27-ep`, chains) fit.
+const DRAW_CACHE_TOKENS: usize = 1 << 23;
+
+/// The longest draw per (seed, vocab), and how many tokens were drawn into it since it was
+/// last emptied.
+type DrawCache = (FastMap<(u128, u64), Vec<u64>>, usize);
+
+thread_local! {
+    /// The longest draw per (seed, vocab) seen lately. Draws nest, so a shadow's prompt (a
+    /// prefix of its chain's) and the same prompt added on every rank's engine are copies,
+    /// not redraws. A cache only: what it returns is what drawing would give.
+    static DRAWS: RefCell<DrawCache> = RefCell::default();
+}
+
+fn salted_draw(salt: &str, len: u64, vocab: u64) -> Vec<u64> {
+    let seed = salted_seed(salt);
+    DRAWS.with_borrow_mut(|(cache, held)| {
+        let drawn = cache.entry((seed, vocab)).or_default();
+        if (drawn.len() as u64) < len {
+            let before = drawn.len();
+            drawn.extend((before as u64..len).map(|i| salted_token(seed, i, vocab)));
+            *held += drawn.len() - before;
+        }
+        let out = drawn[..len as usize].to_vec();
+        if *held > DRAW_CACHE_TOKENS {
+            cache.clear();
+            *held = 0;
+        }
+        out
+    })
+}
+
+/// Position `i` of `Tokens::Salted { salt, .. }` without drawing the positions before it.
+pub fn salted_at(salt: &str, i: u64, vocab: u64) -> u64 {
+    salted_token(salted_seed(salt), i, vocab)
+}
+
+fn salted_seed(salt: &str) -> u128 {
+    hash_block(None, &[], Some(salt))
+}
+
+fn salted_token(seed: u128, i: u64, vocab: u64) -> u64 {
+    // `hash_block(Some(seed), &[i], None)`, with its byte encoding written out: parent,
+    // token count 1, the token, no salt (the hot loop of every synthetic prompt).
+    let mut buf = [0u8; 33];
+    buf[..16].copy_from_slice(&seed.to_le_bytes());
+    buf[16..24].copy_from_slice(&1u64.to_le_bytes());
+    buf[24..32].copy_from_slice(&i.to_le_bytes());
+    let h = xxh3_128(&buf);
+    debug_assert_eq!(h, hash_block(Some(seed), &[i], None));
+    (h % u128::from(vocab.max(1))) as u64
 }
 
 #[cfg(test)]
@@ -83,6 +135,7 @@ mod tests {
         assert_eq!(short[..], long[..10]);
         assert_ne!(short, other);
         assert!(long.iter().all(|&t| t < 50));
+        assert_eq!(salted_at("a", 27, 50), long[27], "one position alone is the same draw");
     }
 
     #[test]

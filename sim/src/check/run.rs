@@ -169,7 +169,7 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
             Err(e) => return planner_error(e.0),
         }
     };
-    let report = run_plan_opts(&plan, RunOptions { mutant, trace: false }, &mut |_, _| {});
+    let report = run_plan_opts(&plan, RunOptions::quiet(mutant), &mut |_, _| {});
     let verdict = match &report.outcome {
         Outcome::Passed => Verdict::Passed,
         Outcome::Violation(f) => Verdict::Violation {

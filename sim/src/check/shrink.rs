@@ -28,7 +28,7 @@ impl Judge<'_> {
             return false;
         }
         let fails_with = |mutant| {
-            let r = run_plan_opts(p, RunOptions { mutant, trace: false }, &mut |_, _| {});
+            let r = run_plan_opts(p, RunOptions::quiet(mutant), &mut |_, _| {});
             matches!(&r.outcome, Outcome::Violation(f) if f.invariant.as_deref() == Some(self.invariant))
         };
         // With an engine mutant the plan must also pass that check on the fixed

@@ -315,10 +315,7 @@ fn replays_to(plan: &Plan, mutant: Mutant, invariant: &str) -> bool {
     let Ok(loaded) = load_plan(&text) else {
         return false;
     };
-    let opts = RunOptions {
-        mutant: mutant.in_engine().then_some(mutant),
-        trace: false,
-    };
+    let opts = RunOptions::quiet(mutant.in_engine().then_some(mutant));
     let r = run_plan_opts(&loaded, opts, &mut |_, _| {});
     matches!(&r.outcome, Outcome::Violation(f) if f.invariant.as_deref() == Some(invariant))
 }

@@ -15,7 +15,9 @@ use kvsim_core::fpm::sweep::BenchmarkMeta;
 use kvsim_core::invariants::model::check_model;
 use kvsim_core::invariants::ranks::check_lockstep;
 use kvsim_core::invariants::record::check_regime_labels;
+use kvsim_core::invariants::watch::ModelWatch;
 use kvsim_core::invariants::Violation;
+use kvsim_core::kv::changes::ModelChanges;
 use kvsim_core::plan::{nominal_step_ns, Plan, PlanOp};
 use serde_json::json;
 
@@ -23,7 +25,12 @@ pub use perfetto::perfetto_json;
 
 pub use report::{Finding, Outcome, RunReport, TraceEvent};
 
-/// Whether an op can change ref counts, the free queue, the prefix cache or a table.
+/// Model-changing ops between two full scans of the model in incremental mode
+/// (checkpoints; the run's end is one too).
+pub const CHECKPOINT_OPS: u64 = 1024;
+
+/// Whether an op can change ref counts, the free queue, the prefix cache or a table: the
+/// ops after which the model invariants are checked.
 fn touches_pool(op: &PlanOp) -> bool {
     !matches!(
         op,
@@ -55,6 +62,20 @@ pub struct RunOptions {
     pub mutant: Option<Mutant>,
     /// Record the op trace (off for the checker's many runs).
     pub trace: bool,
+    /// Scan the whole model after every op (`--paranoid`) instead of what the op changed
+    /// plus a full scan every `CHECKPOINT_OPS` ops and at the end.
+    pub paranoid: bool,
+}
+
+impl RunOptions {
+    /// No trace, the incremental model checks: the checker's many runs.
+    pub fn quiet(mutant: Option<Mutant>) -> Self {
+        RunOptions {
+            mutant,
+            trace: false,
+            paranoid: false,
+        }
+    }
 }
 
 impl Default for RunOptions {
@@ -62,6 +83,7 @@ impl Default for RunOptions {
         RunOptions {
             mutant: None,
             trace: true,
+            paranoid: false,
         }
     }
 }
@@ -135,9 +157,51 @@ struct Simulator<'a> {
     /// Forward tokens of the current step (its nominal duration).
     step_tokens: u64,
     disagreed: bool,
+    /// One incremental model watch per rank (unused when paranoid).
+    watches: Vec<ModelWatch>,
+    /// Per rank: model-changing ops since its last full scan.
+    since_full: Vec<u64>,
+    /// Changes of the ops not checked after (faults at a step's start land in the next
+    /// op's changes; an op that cannot change the model is not checked after).
+    pending: Vec<ModelChanges>,
 }
 
 impl Simulator<'_> {
+    /// The model invariants after an op: the full scan when paranoid or at a checkpoint,
+    /// else the incremental look at what the op changed.
+    fn model_check(&mut self, rank: u32, e: &Engine, changes: ModelChanges) -> Vec<Violation> {
+        let retained = e.retained();
+        if self.opts.paranoid {
+            return check_model(&e.kv, &retained);
+        }
+        let mut changes = changes;
+        changes.merge(std::mem::take(&mut self.pending[rank as usize]));
+        let (w, since) = (&mut self.watches[rank as usize], &mut self.since_full[rank as usize]);
+        *since += 1;
+        if *since >= CHECKPOINT_OPS {
+            *since = 0;
+            return w.full(&e.kv, &retained);
+        }
+        w.check(&e.kv, &retained, &changes)
+    }
+
+    /// The last checkpoint: a full scan of every rank once the plan has run, when an op
+    /// was checked only incrementally since the last one.
+    fn final_check(&mut self, engines: &[Engine], last_step: u64) {
+        for (rank, e) in (0u32..).zip(engines) {
+            if self.since_full[rank as usize] == 0 {
+                continue;
+            }
+            if let Some(first) = check_model(&e.kv, &e.retained()).into_iter().next() {
+                let f = Finding::at(last_step, rank, None, json!(null), first.detail)
+                    .with_invariant(first.id.as_str())
+                    .with_state(report::state_excerpt(e));
+                self.report.outcome = Outcome::Violation(f);
+                return;
+            }
+        }
+    }
+
     fn stop(&mut self, finding: Outcome, step: u64) -> Flow {
         self.report.outcome = finding;
         self.report.finish(self.clock, step);
@@ -183,7 +247,9 @@ impl Observer for Simulator<'_> {
                 // Model invariants are functions of the pool and the tables; ops
                 // that cannot change either keep the previous (passing) result.
                 if touches_pool(op) {
-                    v.extend(check_model(&e.kv, &e.retained()));
+                    v.extend(self.model_check(rank, e, out.changes));
+                } else if !out.changes.is_empty() {
+                    self.pending[rank as usize].merge(out.changes);
                 }
                 match v.into_iter().next() {
                     Some(first) => {
@@ -241,8 +307,20 @@ fn run_inner(
         clock: 0,
         step_tokens: 0,
         disagreed: false,
+        watches: engines
+            .iter_mut()
+            .map(|e| {
+                let retained = e.retained();
+                ModelWatch::new(&mut e.kv, &retained)
+            })
+            .collect(),
+        since_full: vec![0; engines.len()],
+        pending: vec![ModelChanges::default(); engines.len()],
     };
     if let Driven::Finished { last_step } = drive(plan, &mut engines, &mut sim) {
+        if !sim.opts.paranoid {
+            sim.final_check(&engines, last_step);
+        }
         sim.report.finish(sim.clock, last_step);
     }
     *engines_out = engines;

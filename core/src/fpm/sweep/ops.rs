@@ -1,19 +1,15 @@
 //! The op sequences of one decode execution (dynamo_fpm.md §1.10; seed 000).
 
 use super::SweepBuilder;
-use crate::plan::{BatchEntry, PlanOp, Tokens};
+use crate::plan::{salted_at, BatchEntry, PlanOp, Tokens};
 
 /// A per-(rank, slot) name: a request's cache salt, or what its prompt tokens are drawn from.
 pub(super) type SlotName<'a> = &'a dyn Fn(u32, usize) -> String;
 
 /// A deterministic stand-in for a sampled token.
 fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
-    let t = Tokens::Salted {
-        salt: format!("{req}:sample"),
-        len: k + 1,
-        vocab,
-    };
-    t.materialise()[k as usize]
+    // Position k of `Tokens::Salted { salt: "{req}:sample", .. }`.
+    salted_at(&format!("{req}:sample"), k, vocab)
 }
 
 /// Native exact-context warm-up: prefill each request's `ctx − 1` prompt through

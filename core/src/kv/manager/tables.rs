@@ -4,6 +4,7 @@
 //! observer can tell which tables may have changed; callers take mutable
 //! access only to change something.
 
+use crate::kv::changes::TableChanges;
 use crate::kv::req_map::ReqMap;
 use crate::kv::request::ReqId;
 
@@ -19,6 +20,8 @@ pub struct Tables {
     map: ReqMap<Stamped>,
     spare: Vec<Vec<u32>>,
     version: u64,
+    /// Requests whose table may have changed since a watcher last looked.
+    pub(crate) changes: TableChanges,
 }
 
 impl Tables {
@@ -35,6 +38,7 @@ impl Tables {
 
     pub fn get_mut(&mut self, req: &ReqId) -> Option<&mut Vec<u32>> {
         self.version += 1;
+        self.changes.table(*req);
         let version = self.version;
         self.map.get_mut(req).map(|t| {
             t.stamp = version;
@@ -50,6 +54,7 @@ impl Tables {
     /// The request's table, created (from a spare) if it has none.
     pub fn entry(&mut self, req: ReqId) -> &mut Vec<u32> {
         self.version += 1;
+        self.changes.table(req);
         let spare = &mut self.spare;
         let t = self.map.get_or_insert_with(req, || Stamped {
             blocks: spare.pop().unwrap_or_default(),
@@ -61,12 +66,14 @@ impl Tables {
 
     pub fn insert(&mut self, req: ReqId, blocks: Vec<u32>) {
         self.version += 1;
+        self.changes.table(req);
         let stamp = self.version;
         self.map.insert(req, Stamped { blocks, stamp });
     }
 
     pub fn remove(&mut self, req: &ReqId) -> Option<Vec<u32>> {
         self.version += 1;
+        self.changes.table(*req);
         self.map.remove(req).map(|t| t.blocks)
     }
 

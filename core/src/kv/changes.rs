@@ -1,0 +1,122 @@
+//! What changed in the pool and the tables since a watcher last looked: the input of the
+//! incremental model invariants (`invariants::watch`). Off unless a watcher turns it on, so
+//! the conformance runs and the exhaustive search pay nothing for it.
+//!
+//! The log sits at the lowest mutation points (the pool's ref counts, queue links and keys;
+//! the tables' mutable accessors), so a bug in the logic above them is still logged.
+
+use super::hash::BlockKey;
+use super::request::ReqId;
+
+/// The pool's side of the log.
+#[derive(Clone, Debug, Default)]
+pub struct PoolChanges {
+    enabled: bool,
+    /// Blocks whose ref count, free-queue membership or keys changed, each once.
+    blocks: Vec<u32>,
+    /// One bit per block: already in `blocks`.
+    marked: Vec<u64>,
+    /// Keys whose map entry changed or that a block gained or lost (repeats allowed).
+    keys: Vec<BlockKey>,
+}
+
+impl PoolChanges {
+    pub(crate) fn enable(&mut self, num_blocks: u32) {
+        self.enabled = true;
+        self.marked = vec![0; (num_blocks as usize).div_ceil(64)];
+    }
+
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub(crate) fn block(&mut self, id: u32) {
+        if !self.enabled {
+            return;
+        }
+        let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
+        if self.marked[w] & bit == 0 {
+            self.marked[w] |= bit;
+            self.blocks.push(id);
+        }
+    }
+
+    pub(crate) fn key(&mut self, key: BlockKey) {
+        if self.enabled {
+            self.keys.push(key);
+        }
+    }
+
+    /// Hand the log over and start a new one (the bitmap is cleared where it was set).
+    fn take(&mut self) -> (Vec<u32>, Vec<BlockKey>) {
+        for &b in &self.blocks {
+            self.marked[b as usize / 64] &= !(1u64 << (b % 64));
+        }
+        (std::mem::take(&mut self.blocks), std::mem::take(&mut self.keys))
+    }
+}
+
+/// One group's tables' side of the log: requests whose table may have changed.
+#[derive(Clone, Debug, Default)]
+pub struct TableChanges {
+    enabled: bool,
+    reqs: Vec<ReqId>,
+}
+
+impl TableChanges {
+    pub(crate) fn enable(&mut self) {
+        self.enabled = true;
+    }
+
+    pub(crate) fn table(&mut self, req: ReqId) {
+        if self.enabled {
+            self.reqs.push(req);
+        }
+    }
+}
+
+/// Everything the model changed since the last look.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelChanges {
+    /// Blocks whose ref count, free-queue membership or keys changed (repeats only after
+    /// a merge).
+    pub blocks: Vec<u32>,
+    /// Keys whose map entry or holders changed.
+    pub keys: Vec<BlockKey>,
+    /// (group, request) whose table may have changed, sorted, each once.
+    pub tables: Vec<(u32, ReqId)>,
+}
+
+impl ModelChanges {
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.keys.is_empty() && self.tables.is_empty()
+    }
+
+    /// Add `other`'s changes to these.
+    pub fn merge(&mut self, other: ModelChanges) {
+        if other.is_empty() {
+            return;
+        }
+        self.blocks.extend(other.blocks);
+        self.keys.extend(other.keys);
+        self.tables.extend(other.tables);
+        self.tables.sort_unstable();
+        self.tables.dedup();
+    }
+}
+
+/// Drain both sides into one `ModelChanges`.
+pub(crate) fn drain(pool: &mut PoolChanges, tables: &mut [&mut TableChanges]) -> ModelChanges {
+    let (blocks, keys) = pool.take();
+    let mut out = ModelChanges {
+        blocks,
+        keys,
+        tables: Vec::new(),
+    };
+    for (g, t) in (0u32..).zip(tables.iter_mut()) {
+        out.tables.extend(t.reqs.drain(..).map(|r| (g, r)));
+    }
+    out.tables.sort_unstable();
+    out.tables.dedup();
+    out
+}
