@@ -31,6 +31,15 @@ fn same_line(a: &str, b: &str) -> bool {
 
 /// Replay `trace` and compare with `obs` (the reference's JSON lines).
 pub fn compare(trace: &Path, trace_text: &str, obs_text: &str) -> Result<Option<Divergence>, kvtrace::TraceError> {
+    compare_counted(trace, trace_text, obs_text).map(|(d, _)| d)
+}
+
+/// `compare`, with the replay's count of hybrid fixed-point re-asks (a coverage goal).
+pub fn compare_counted(
+    trace: &Path,
+    trace_text: &str,
+    obs_text: &str,
+) -> Result<(Option<Divergence>, u64), kvtrace::TraceError> {
     let expected: Vec<&str> = obs_text.lines().filter(|l| !l.trim().is_empty()).collect();
     let replay = match kvtrace::replay(trace_text) {
         Ok(r) => r,
@@ -38,7 +47,7 @@ pub fn compare(trace: &Path, trace_text: &str, obs_text: &str) -> Result<Option<
         // replayer prints a ConfigError init line (spec/kvtrace.md); both refuse it.
         Err(e) if expected.len() == 1 && expected[0].contains("\"error\":\"ConfigError\"") => {
             let _ = e;
-            return Ok(None);
+            return Ok((None, 0));
         }
         Err(e) => return Err(e),
     };
@@ -47,15 +56,18 @@ pub fn compare(trace: &Path, trace_text: &str, obs_text: &str) -> Result<Option<
         let e = expected.get(k).copied().unwrap_or("<no line>");
         let a = replay.lines.get(k).map(String::as_str).unwrap_or("<no line>");
         if !same_line(e, a) {
-            return Ok(Some(Divergence {
-                trace: trace.to_path_buf(),
-                line: k,
-                expected: e.into(),
-                actual: a.into(),
-            }));
+            return Ok((
+                Some(Divergence {
+                    trace: trace.to_path_buf(),
+                    line: k,
+                    expected: e.into(),
+                    actual: a.into(),
+                }),
+                replay.fixed_point_reasks,
+            ));
         }
     }
-    Ok(None)
+    Ok((None, replay.fixed_point_reasks))
 }
 
 /// Every `X.json` in `dir` that has an `X.obs.jsonl` beside it, sorted by name.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use kvsim_sim::conformance::{compare, trace_pairs};
+use kvsim_sim::conformance::{compare_counted, trace_pairs};
 
 use super::{read_file, say, CliError};
 
@@ -16,14 +16,23 @@ pub struct ConformanceArgs {
     /// Fail unless at least this many traces were compared.
     #[arg(long, default_value_t = 1)]
     pub min_traces: usize,
+    /// Fail unless some trace makes the hybrid coordinator's fixed point re-ask a group at a
+    /// shorter length (a later group shortening an earlier one's hit; a coverage goal).
+    #[arg(long)]
+    pub require_fixed_point: bool,
 }
 
 pub fn run(a: ConformanceArgs) -> Result<ExitCode, CliError> {
     let pairs = trace_pairs(&a.dir).map_err(|e| CliError::Input(format!("cannot list {}: {e}", a.dir.display())))?;
     let mut divergent = 0usize;
+    let (mut reask_traces, mut reasks) = (0usize, 0u64);
     for (trace, obs) in &pairs {
         let (t, o) = (read_file(trace)?, read_file(obs)?);
-        match compare(trace, &t, &o).map_err(|e| CliError::Input(format!("{}: {e}", trace.display())))? {
+        let (divergence, n) =
+            compare_counted(trace, &t, &o).map_err(|e| CliError::Input(format!("{}: {e}", trace.display())))?;
+        reask_traces += usize::from(n > 0);
+        reasks += n;
+        match divergence {
             None => {}
             Some(d) => {
                 divergent += 1;
@@ -45,11 +54,19 @@ pub fn run(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         pairs.len(),
         divergent
     ))?;
+    say(format_args!(
+        "coverage: the hybrid fixed point re-asked a group at a shorter length {reasks} times in {reask_traces} traces"
+    ))?;
     if divergent > 0 {
         return Err(CliError::Failed(format!(
             "{divergent} of {} traces diverge from vLLM",
             pairs.len()
         )));
+    }
+    if a.require_fixed_point && reasks == 0 {
+        return Err(CliError::Failed(
+            "coverage goal missed: no trace made the hybrid fixed point re-ask a group".into(),
+        ));
     }
     if pairs.len() < a.min_traces {
         return Err(CliError::Failed(format!(

@@ -55,6 +55,7 @@ impl Engine {
         let hits =
             (admitting && use_cache && r.req.num_computed_tokens == 0).then(|| self.kv.get_computed_blocks(&r.req));
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        let reasked = hits.as_ref().is_some_and(|h| h.fixed_point_reasked);
         let mut out = OpOutcome::default();
         if out.check(PlannerEvent::PrefixHit {
             req: id,
@@ -72,6 +73,9 @@ impl Engine {
             )));
         }
         let request = r.req.clone();
+        if reasked {
+            self.event("hybrid-fixed-point");
+        }
         let free_before = self.kv.pool.num_free_blocks();
         let args = AllocateArgs {
             num_new_tokens: n,

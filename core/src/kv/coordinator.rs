@@ -19,6 +19,9 @@ pub struct CacheHit {
     pub blocks: Vec<Vec<u32>>,
     pub hit_length: u64,
     pub uncached_common_prefix: u64,
+    /// The hybrid fixed point re-asked a non-full-attention group at a shorter length than
+    /// its first answer: a later group shortened an earlier group's hit (a coverage fact).
+    pub fixed_point_reasked: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +85,7 @@ impl Coordinator {
                 blocks: vec![Vec::new(); n],
                 hit_length: 0,
                 uncached_common_prefix: 0,
+                fixed_point_reasked: false,
             },
             CoordinatorKind::Unitary => {
                 let m = &managers[0];
@@ -98,6 +102,7 @@ impl Coordinator {
                     blocks,
                     hit_length,
                     uncached_common_prefix: 0,
+                    fixed_point_reasked: false,
                 }
             }
             CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length),
@@ -113,6 +118,7 @@ impl Coordinator {
         let mut blocks: Vec<Option<Vec<u32>>> = vec![None; n];
         let mut lengths = vec![0u64; n];
         let simple = self.spec_groups.len() == 2 && self.spec_groups[0].spec.kind.is_full_attention_spec();
+        let mut reasked = false;
         loop {
             let mut curr = hit_length;
             for sg in &self.spec_groups {
@@ -121,6 +127,7 @@ impl Coordinator {
                     curr = curr.min(lengths[first]);
                     continue;
                 }
+                reasked |= blocks[first].is_some() && curr < lengths[first];
                 let (hit, len) =
                     find_longest_cache_hit(pool, hashes, self.hash_block_size, curr, &sg.group_ids, sg.spec, align);
                 curr = len;
@@ -154,6 +161,7 @@ impl Coordinator {
             blocks: blocks.into_iter().map(Option::unwrap_or_default).collect(),
             hit_length,
             uncached_common_prefix: longest.saturating_sub(hit_length),
+            fixed_point_reasked: reasked,
         }
     }
 }

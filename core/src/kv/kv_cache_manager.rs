@@ -14,6 +14,9 @@ pub struct ComputedBlocks {
     pub blocks: Vec<Vec<u32>>,
     pub num_computed_tokens: u64,
     pub shared_prefix_boundary: u64,
+    /// The hybrid fixed point re-asked a group at a shorter length (`CacheHit`); never
+    /// observed, a coverage fact only.
+    pub fixed_point_reasked: bool,
 }
 
 impl ComputedBlocks {
@@ -127,6 +130,7 @@ impl KvCacheManager {
             blocks: hit.blocks,
             num_computed_tokens: hit.hit_length,
             shared_prefix_boundary: boundary,
+            fixed_point_reasked: hit.fixed_point_reasked,
         }
     }
 

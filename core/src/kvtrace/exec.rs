@@ -53,6 +53,8 @@ pub struct Replayer {
     pub pending: Option<(u32, ComputedBlocks)>,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
+    /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
+    pub fixed_point_reasks: u64,
 }
 
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
@@ -79,6 +81,7 @@ impl Replayer {
             next_rid: 0,
             pending: None,
             new_blocks: Vec::new(),
+            fixed_point_reasks: 0,
         }
     }
 
@@ -203,6 +206,7 @@ impl Replayer {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
         let hit = self.kv.get_computed_blocks(&l.req);
+        self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
         self.live_mut(id).req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.pending = Some((id, hit));
         Ok(Outcome::Lookup)

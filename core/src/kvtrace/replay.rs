@@ -22,6 +22,8 @@ pub struct Replay {
     pub lines: Vec<String>,
     pub end: ReplayEnd,
     pub ops: usize,
+    /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
+    pub fixed_point_reasks: u64,
 }
 
 /// Parse and replay a trace file's text.
@@ -61,6 +63,7 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
                 lines: vec![config_error_line(&e.0)],
                 end: refused(),
                 ops: 0,
+                fixed_point_reasks: 0,
             })
         }
     };
@@ -78,6 +81,7 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
                 lines,
                 end: stopped(i, kind),
                 ops: i + 1,
+                fixed_point_reasks: o.r.fixed_point_reasks,
             });
         }
     }
@@ -85,6 +89,7 @@ pub fn replay_value(v: &Value) -> Result<Replay, TraceError> {
         lines,
         end: ReplayEnd::Completed,
         ops: ops.len(),
+        fixed_point_reasks: o.r.fixed_point_reasks,
     })
 }
 
