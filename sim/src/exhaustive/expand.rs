@@ -1,0 +1,105 @@
+//! One BFS batch's successors, computed on `jobs` threads: the op applications,
+//! fingerprints and invariant checks (the costly, independent part of a step). The
+//! search then folds them in frontier order, exactly as one thread would, so the
+//! report is the same for any number of threads.
+
+use kvsim_core::invariants::model::check_model;
+use kvsim_core::invariants::Violation;
+use kvsim_core::kv::hash::FastMap;
+
+use super::fingerprint::{Encoder, Fingerprint};
+use super::system::{Effects, Op, State, System};
+
+/// Frontier states handed to the threads at once (bounds the successors held).
+pub const BATCH: usize = 2048;
+
+/// One op applied to one frontier state.
+pub struct Succ {
+    pub op: Op,
+    pub fx: Effects,
+    /// `None` when the op raised.
+    pub fp: Option<Fingerprint>,
+    /// The successor, kept when it was not seen before the batch (or, for a raised
+    /// op, when a model error's counterexample is still wanted).
+    pub state: Option<State>,
+    /// `check_model` of a kept successor.
+    pub violations: Vec<Violation>,
+}
+
+/// A thread's scratch: the encoder, the action buffer, and the fresh fingerprints it
+/// already kept (a state reached twice in one chunk is kept and checked once: the
+/// search takes its first occurrence).
+#[derive(Default)]
+struct Scratch {
+    enc: Encoder,
+    actions: Vec<Op>,
+    kept: FastMap<Fingerprint, ()>,
+}
+
+fn expand_one(
+    sys: &System,
+    seen: &FastMap<Fingerprint, u32>,
+    want_error: bool,
+    state: &State,
+    x: &mut Scratch,
+) -> Vec<Succ> {
+    let Scratch { enc, actions, kept } = x;
+    sys.actions(state, actions);
+    actions
+        .iter()
+        .map(|&op| {
+            let mut s = state.clone();
+            let fx = sys.apply(&mut s, op);
+            if fx.error.is_some() {
+                let violations = if want_error {
+                    check_model(&s.kv, &[])
+                } else {
+                    Vec::new()
+                };
+                return Succ {
+                    op,
+                    fx,
+                    fp: None,
+                    state: want_error.then_some(s),
+                    violations,
+                };
+            }
+            let fp = enc.fingerprint(&s);
+            let fresh = !seen.contains_key(&fp) && kept.insert(fp, ()).is_none();
+            Succ {
+                op,
+                fx,
+                fp: Some(fp),
+                violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
+                state: fresh.then_some(s),
+            }
+        })
+        .collect()
+}
+
+/// The successors of each state of `batch`, in order.
+pub fn expand(
+    sys: &System,
+    seen: &FastMap<Fingerprint, u32>,
+    want_error: bool,
+    batch: &[(u32, State)],
+    jobs: usize,
+) -> Vec<Vec<Succ>> {
+    let run = |part: &[(u32, State)]| {
+        let mut scratch = Scratch::default();
+        part.iter()
+            .map(|(_, s)| expand_one(sys, seen, want_error, s, &mut scratch))
+            .collect::<Vec<_>>()
+    };
+    if jobs <= 1 || batch.len() < 2 {
+        return run(batch);
+    }
+    let chunk = batch.len().div_ceil(jobs);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = batch.chunks(chunk).map(|part| scope.spawn(move || run(part))).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("an expansion thread panicked"))
+            .collect()
+    })
+}
