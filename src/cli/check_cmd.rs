@@ -17,7 +17,7 @@ use super::{say, CliError};
 use kvsim_sim::check::goals::GOALS;
 use kvsim_sim::check::merge::merge;
 use kvsim_sim::check::run::Verdict;
-use kvsim_sim::check::suite::{check, hunt_all, CheckConfig, CheckReport, MutantRow};
+use kvsim_sim::check::suite::{check_with, hunt_all, CheckConfig, CheckReport, MutantRow};
 use kvsim_sim::output::write_atomic;
 
 #[derive(Args, Debug)]
@@ -173,9 +173,21 @@ fn write_plan(dir: &Path, name: &str, plan: &kvsim_core::plan::Plan) -> Result<P
 
 fn run_suites(a: &CheckArgs) -> Result<ExitCode, CliError> {
     let cfg = config(a, 100)?;
-    let mut bar = Progress::new("check", "cases");
-    let report = check(&cfg, &mut |done, total| bar.update(done, total));
-    bar.finish();
+    // The cases' bar, then the exhaustive pass's (both borrowed by the callbacks).
+    let bar = std::cell::RefCell::new(Progress::new("check", "cases"));
+    let mut levels: Option<Progress> = None;
+    let report = check_with(
+        &cfg,
+        &mut |done, total| bar.borrow_mut().update(done, total),
+        &mut |done, total| {
+            bar.borrow_mut().finish();
+            levels
+                .get_or_insert_with(|| Progress::new("exhaustive", "levels"))
+                .update(done, total)
+        },
+    );
+    drop(levels);
+    bar.borrow_mut().finish();
     let mut files = Vec::new();
     for f in &report.failures {
         files.push(match &f.plan {

@@ -170,8 +170,8 @@ fn threads_do_not_change_the_search() {
     };
     let mutants = std::iter::once(None).chain(SHORTEST.iter().map(|(m, _)| Some(*m)));
     for m in mutants {
-        let one = explore_jobs(&bounds, m, 1).unwrap();
-        let three = explore_jobs(&bounds, m, 3).unwrap();
+        let one = explore_jobs(&bounds, m, 1, &mut |_, _| {}).unwrap();
+        let three = explore_jobs(&bounds, m, 3, &mut |_, _| {}).unwrap();
         let key = |r: &kvsim_sim::exhaustive::ExhaustiveReport| {
             (
                 r.states,

@@ -137,9 +137,9 @@ pub struct ExhaustiveSummary {
     pub violation: Option<String>,
 }
 
-fn exhaustive_pass(jobs: usize) -> ExhaustiveSummary {
+fn exhaustive_pass(jobs: usize, progress: &mut dyn FnMut(u64, u64)) -> ExhaustiveSummary {
     let bounds = crate::exhaustive::Bounds::default();
-    match crate::exhaustive::explore_jobs(&bounds, None, jobs) {
+    match crate::exhaustive::explore_jobs(&bounds, None, jobs, progress) {
         Ok(r) => ExhaustiveSummary {
             states: r.states,
             sequences: r.sequences.to_string(),
@@ -177,6 +177,15 @@ type Tally = (ScenarioRow, BTreeMap<String, u64>);
 
 /// Run the suites without mutants. `progress(done, total)` is called per case.
 pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckReport {
+    check_with(cfg, progress, &mut |_, _| {})
+}
+
+/// `check`, with `exhaustive(levels done, levels)` called along the exhaustive pass.
+pub fn check_with(
+    cfg: &CheckConfig,
+    progress: &mut dyn FnMut(u64, u64),
+    exhaustive: &mut dyn FnMut(u64, u64),
+) -> CheckReport {
     let cases: Vec<(u64, &BuiltinScenario)> = cfg.indices().collect();
     let total = cases.len() as u64;
     let outcomes = par_map(
@@ -255,7 +264,7 @@ pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckRepo
         goals: goal_counts,
         scenarios,
         failures,
-        exhaustive: cfg.runs_exhaustive().then(|| exhaustive_pass(cfg.jobs)),
+        exhaustive: cfg.runs_exhaustive().then(|| exhaustive_pass(cfg.jobs, exhaustive)),
     }
 }
 

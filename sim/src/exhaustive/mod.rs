@@ -91,14 +91,16 @@ struct Search<'a> {
 /// Explore every op sequence of up to `bounds.max_ops` ops on a (possibly
 /// mutated) model, breadth-first, stopping at the first invariant violation.
 pub fn explore(bounds: &Bounds, mutant: Option<ModelMutant>) -> Result<ExhaustiveReport, BoundsError> {
-    explore_jobs(bounds, mutant, 1)
+    explore_jobs(bounds, mutant, 1, &mut |_, _| {})
 }
 
-/// `explore` on `jobs` threads: the same report for any number.
+/// `explore` on `jobs` threads: the same report for any number. `progress(levels
+/// done, max_ops)` is called after each BFS level.
 pub fn explore_jobs(
     bounds: &Bounds,
     mutant: Option<ModelMutant>,
     jobs: usize,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ExhaustiveReport, BoundsError> {
     let problems = bounds.problems();
     if !problems.is_empty() {
@@ -115,14 +117,14 @@ pub fn explore_jobs(
         succ_start: Vec::new(),
         report: ExhaustiveReport::default(),
     };
-    search.run();
+    search.run(progress);
     search.report.states = search.parent.len() as u64;
     search.count_sequences();
     Ok(search.report)
 }
 
 impl Search<'_> {
-    fn run(&mut self) {
+    fn run(&mut self, progress: &mut dyn FnMut(u64, u64)) {
         let root = self.sys.init();
         self.seen.insert(self.enc.fingerprint(&root), 0);
         self.parent.push((RAISED, None));
@@ -150,6 +152,7 @@ impl Search<'_> {
                     }
                 }
             }
+            progress(depth as u64 + 1, self.bounds.max_ops as u64);
             if keep && next.is_empty() {
                 self.report.exhausted = true;
                 break;
