@@ -98,7 +98,7 @@ impl Drop for Progress {
 fn line(label: &str, unit: &str, done: u64, total: u64, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
     let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
-    let pct = if total > 0 { done * 100 / total } else { 0 };
+    let pct = (done * 100).checked_div(total).unwrap_or(0);
     let eta = if done >= total {
         "done".to_string()
     } else if rate > 0.0 {

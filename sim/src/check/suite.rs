@@ -52,7 +52,7 @@ impl CheckConfig {
     }
 
     /// The exhaustive pass is one search that cannot be cut into pieces whose counts
-    /// sum (spec/exhaustive.md §6): the last shard runs it (the last has no more cases
+    /// sum (spec/exhaustive.md §4, Shards): the last shard runs it (the last has no more cases
     /// than the others), a run of one `--case` does not.
     fn runs_exhaustive(&self) -> bool {
         self.only.is_none() && self.shard.0 == self.shard.1
