@@ -3,6 +3,8 @@
 //! search then folds them in frontier order, exactly as one thread would, so the
 //! report is the same for any number of threads.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use kvsim_core::invariants::model::check_model;
 use kvsim_core::invariants::Violation;
 use kvsim_core::kv::hash::FastMap;
@@ -77,6 +79,10 @@ fn expand_one(
         .collect()
 }
 
+/// Frontier states a thread takes at a time: small, so that a thread that is
+/// descheduled (a loaded machine) holds up little of the batch.
+const CHUNK: usize = 64;
+
 /// The successors of each state of `batch`, in order.
 pub fn expand(
     sys: &System,
@@ -91,15 +97,31 @@ pub fn expand(
             .map(|(_, s)| expand_one(sys, seen, want_error, s, &mut scratch))
             .collect::<Vec<_>>()
     };
-    if jobs <= 1 || batch.len() < 2 {
+    if jobs <= 1 || batch.len() <= CHUNK {
         return run(batch);
     }
-    let chunk = batch.len().div_ceil(jobs);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = batch.chunks(chunk).map(|part| scope.spawn(move || run(part))).collect();
+    let chunks: Vec<&[(u32, State)]> = batch.chunks(CHUNK).collect();
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Vec<Vec<Succ>>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs.min(chunks.len()))
+            .map(|_| {
+                let (chunks, next) = (&chunks, &next);
+                scope.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(part) = chunks.get(i) else { break out };
+                        out.push((i, run(part)));
+                    }
+                })
+            })
+            .collect();
         handles
             .into_iter()
             .flat_map(|h| h.join().expect("an expansion thread panicked"))
             .collect()
-    })
+    });
+    // Back in frontier order, whichever thread took which chunk.
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().flat_map(|(_, succs)| succs).collect()
 }
