@@ -3,6 +3,7 @@
 //! mutant hunt with shrinking and replay.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -31,7 +32,7 @@ pub struct CheckConfig {
     pub scenarios: Vec<BuiltinScenario>,
     /// Only this case index (to reproduce one case of a report).
     pub only: Option<u64>,
-    /// Threads that run cases (and expand the exhaustive search); any number gives
+    /// Threads that run cases and the exhaustive pass (beside them); any number gives
     /// the same report.
     pub jobs: usize,
 }
@@ -137,9 +138,9 @@ pub struct ExhaustiveSummary {
     pub violation: Option<String>,
 }
 
-fn exhaustive_pass(jobs: usize, progress: &mut dyn FnMut(u64, u64)) -> ExhaustiveSummary {
+fn exhaustive_pass(progress: &mut dyn FnMut(u64, u64)) -> ExhaustiveSummary {
     let bounds = crate::exhaustive::Bounds::default();
-    match crate::exhaustive::explore_jobs(&bounds, None, jobs, progress) {
+    match crate::exhaustive::explore_jobs(&bounds, None, 1, progress) {
         Ok(r) => ExhaustiveSummary {
             states: r.states,
             sequences: r.sequences.to_string(),
@@ -188,16 +189,31 @@ pub fn check_with(
 ) -> CheckReport {
     let cases: Vec<(u64, &BuiltinScenario)> = cfg.indices().collect();
     let total = cases.len() as u64;
-    let outcomes = par_map(
-        &cases,
-        cfg.jobs,
-        |&(i, base)| {
-            let spec = cfg.spec(i, base);
-            let out = run_case(base, &spec, None);
-            (spec, out)
-        },
-        progress,
-    );
+    let run = |&(i, base): &(u64, &BuiltinScenario)| {
+        let spec = cfg.spec(i, base);
+        let out = run_case(base, &spec, None);
+        (spec, out)
+    };
+    // With two threads or more, the exhaustive pass runs on one of them beside the
+    // cases. Its search stays on that thread: expanding it on several
+    // (`explore_jobs`) measured slower here, the threads' allocations contending.
+    let (outcomes, summary) = if cfg.runs_exhaustive() && cfg.jobs > 1 {
+        let levels = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            let search = scope.spawn(|| exhaustive_pass(&mut |done, _| levels.store(done, Ordering::Relaxed)));
+            let outcomes = par_map(&cases, cfg.jobs - 1, run, progress);
+            let max_ops = crate::exhaustive::Bounds::default().max_ops as u64;
+            while !search.is_finished() {
+                exhaustive(levels.load(Ordering::Relaxed), max_ops);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            exhaustive(max_ops, max_ops);
+            (outcomes, Some(search.join().expect("the exhaustive pass panicked")))
+        })
+    } else {
+        let outcomes = par_map(&cases, cfg.jobs, run, progress);
+        (outcomes, cfg.runs_exhaustive().then(|| exhaustive_pass(exhaustive)))
+    };
     let mut rows: BTreeMap<String, Tally> = BTreeMap::new();
     let mut all_goals: BTreeMap<String, u64> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -264,7 +280,7 @@ pub fn check_with(
         goals: goal_counts,
         scenarios,
         failures,
-        exhaustive: cfg.runs_exhaustive().then(|| exhaustive_pass(cfg.jobs, exhaustive)),
+        exhaustive: summary,
     }
 }
 

@@ -23,7 +23,8 @@ pub struct Succ {
     pub fp: Option<Fingerprint>,
     /// The successor, kept when it was not seen before the batch (or, for a raised
     /// op, when a model error's counterexample is still wanted).
-    pub state: Option<State>,
+    /// Boxed: a `Succ` is moved twice, a state is large, and most are never kept.
+    pub state: Option<Box<State>>,
     /// `check_model` of a kept successor.
     pub violations: Vec<Violation>,
 }
@@ -32,10 +33,54 @@ pub struct Succ {
 /// already kept (a state reached twice in one chunk is kept and checked once: the
 /// search takes its first occurrence).
 #[derive(Default)]
-struct Scratch {
+pub struct Scratch {
     enc: Encoder,
     actions: Vec<Op>,
     kept: FastMap<Fingerprint, ()>,
+}
+
+/// Apply `op` to a copy of `state`. Its successor is kept (and checked) unless
+/// `seen` or this scratch already has it.
+pub fn expand_op(
+    sys: &System,
+    seen: &FastMap<Fingerprint, u32>,
+    want_error: bool,
+    state: &State,
+    op: Op,
+    x: &mut Scratch,
+) -> Succ {
+    let mut s = state.clone();
+    let fx = sys.apply(&mut s, op);
+    if fx.error.is_some() {
+        let violations = if want_error {
+            check_model(&s.kv, &[])
+        } else {
+            Vec::new()
+        };
+        return Succ {
+            op,
+            fx,
+            fp: None,
+            state: want_error.then(|| Box::new(s)),
+            violations,
+        };
+    }
+    let fp = x.enc.fingerprint(&s);
+    let fresh = !seen.contains_key(&fp) && x.kept.insert(fp, ()).is_none();
+    Succ {
+        op,
+        fx,
+        fp: Some(fp),
+        violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
+        state: fresh.then(|| Box::new(s)),
+    }
+}
+
+impl Scratch {
+    /// Forget the kept fingerprints (one thread, `seen` up to date: they are in it).
+    pub fn forget(&mut self) {
+        self.kept.clear();
+    }
 }
 
 fn expand_one(
@@ -44,44 +89,28 @@ fn expand_one(
     want_error: bool,
     state: &State,
     x: &mut Scratch,
-) -> Vec<Succ> {
-    let Scratch { enc, actions, kept } = x;
-    sys.actions(state, actions);
-    actions
-        .iter()
-        .map(|&op| {
-            let mut s = state.clone();
-            let fx = sys.apply(&mut s, op);
-            if fx.error.is_some() {
-                let violations = if want_error {
-                    check_model(&s.kv, &[])
-                } else {
-                    Vec::new()
-                };
-                return Succ {
-                    op,
-                    fx,
-                    fp: None,
-                    state: want_error.then_some(s),
-                    violations,
-                };
-            }
-            let fp = enc.fingerprint(&s);
-            let fresh = !seen.contains_key(&fp) && kept.insert(fp, ()).is_none();
-            Succ {
-                op,
-                fx,
-                fp: Some(fp),
-                violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
-                state: fresh.then_some(s),
-            }
-        })
-        .collect()
+    out: &mut Vec<Succ>,
+) -> u32 {
+    let mut actions = std::mem::take(&mut x.actions);
+    sys.actions(state, &mut actions);
+    for &op in &actions {
+        out.push(expand_op(sys, seen, want_error, state, op, x));
+    }
+    let n = actions.len() as u32;
+    x.actions = actions;
+    n
 }
 
 /// Frontier states a thread takes at a time: small, so that a thread that is
 /// descheduled (a loaded machine) holds up little of the batch.
 const CHUNK: usize = 64;
+
+/// A batch's successors, flat in frontier order; `counts[i]` of them are state i's.
+#[derive(Default)]
+pub struct Expanded {
+    pub succs: Vec<Succ>,
+    pub counts: Vec<u32>,
+}
 
 /// The successors of each state of `batch`, in order.
 pub fn expand(
@@ -90,19 +119,22 @@ pub fn expand(
     want_error: bool,
     batch: &[(u32, State)],
     jobs: usize,
-) -> Vec<Vec<Succ>> {
+) -> Expanded {
     let run = |part: &[(u32, State)]| {
         let mut scratch = Scratch::default();
-        part.iter()
-            .map(|(_, s)| expand_one(sys, seen, want_error, s, &mut scratch))
-            .collect::<Vec<_>>()
+        let mut out = Expanded::default();
+        for (_, s) in part {
+            let n = expand_one(sys, seen, want_error, s, &mut scratch, &mut out.succs);
+            out.counts.push(n);
+        }
+        out
     };
-    if jobs <= 1 || batch.len() <= CHUNK {
+    if batch.len() <= CHUNK {
         return run(batch);
     }
     let chunks: Vec<&[(u32, State)]> = batch.chunks(CHUNK).collect();
     let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, Vec<Vec<Succ>>)> = std::thread::scope(|scope| {
+    let mut done: Vec<(usize, Expanded)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs.min(chunks.len()))
             .map(|_| {
                 let (chunks, next) = (&chunks, &next);
@@ -123,5 +155,10 @@ pub fn expand(
     });
     // Back in frontier order, whichever thread took which chunk.
     done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().flat_map(|(_, succs)| succs).collect()
+    let mut all = Expanded::default();
+    for (_, mut e) in done {
+        all.succs.append(&mut e.succs);
+        all.counts.append(&mut e.counts);
+    }
+    all
 }

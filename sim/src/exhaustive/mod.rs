@@ -139,12 +139,31 @@ impl Search<'_> {
             // States first reached at the depth bound are checked, never expanded.
             let keep = depth + 1 < self.bounds.max_ops;
             let mut next = Vec::new();
-            for batch in frontier.chunks(expand::BATCH) {
-                let want_error = self.report.first_model_error.is_none();
-                let succs = expand::expand(&self.sys, &self.seen, want_error, batch, self.jobs);
-                for ((id, _), succs) in batch.iter().zip(succs) {
+            if self.jobs <= 1 {
+                // One thread: each successor folded as soon as it is made (no batch held).
+                let (mut scratch, mut actions) = (expand::Scratch::default(), Vec::new());
+                for (id, state) in &frontier {
                     self.succ_start.push(self.succ.len());
-                    for x in succs {
+                    self.sys.actions(state, &mut actions);
+                    for &op in &actions {
+                        let want_error = self.report.first_model_error.is_none();
+                        let x = expand::expand_op(&self.sys, &self.seen, want_error, state, op, &mut scratch);
+                        scratch.forget();
+                        if !self.step(*id, x, keep.then_some(&mut next)) {
+                            self.report.depth = depth;
+                            return;
+                        }
+                    }
+                }
+            }
+            let batches = if self.jobs > 1 { frontier.len() } else { 0 };
+            for batch in frontier[..batches].chunks(expand::BATCH) {
+                let want_error = self.report.first_model_error.is_none();
+                let expanded = expand::expand(&self.sys, &self.seen, want_error, batch, self.jobs);
+                let mut succs = expanded.succs.into_iter();
+                for ((id, _), &n) in batch.iter().zip(&expanded.counts) {
+                    self.succ_start.push(self.succ.len());
+                    for x in succs.by_ref().take(n as usize) {
                         if !self.step(*id, x, keep.then_some(&mut next)) {
                             self.report.depth = depth;
                             return;
@@ -187,7 +206,7 @@ impl Search<'_> {
             return true;
         }
         // Not seen now, so not seen before the batch either: `expand` kept and checked it.
-        let s = x.state.expect("a new successor is kept");
+        let s = *x.state.expect("a new successor is kept");
         if !x.violations.is_empty() {
             self.report.first_violation = Some(self.counterexample(id, Some(op), x.violations, None));
             return false;
