@@ -185,6 +185,11 @@ fn guarded(f: impl FnOnce()) -> Result<(), String> {
 
 /// Run `iterations` fuzz inputs from `seed`. Deterministic for a given seed.
 pub fn fuzz(seed: u64, iterations: u64) -> FuzzSummary {
+    fuzz_with(seed, iterations, &mut |_, _| {})
+}
+
+/// `fuzz`, reporting (inputs done, iterations) every 256 inputs and at the end.
+pub fn fuzz_with(seed: u64, iterations: u64, progress: &mut dyn FnMut(u64, u64)) -> FuzzSummary {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let plan_seed = seed_plan();
     let trace_seeds: Vec<Value> = (0..8).map(|i| kvtrace::gen::generate(seed, i)).collect();
@@ -233,6 +238,9 @@ pub fn fuzz(seed: u64, iterations: u64) -> FuzzSummary {
                 input: text,
                 message,
             }),
+        }
+        if (it + 1) % 256 == 0 || it + 1 == iterations {
+            progress(it + 1, iterations);
         }
     }
     s

@@ -3,23 +3,27 @@
 //! and model mutants, each kill shrunk to a minimal plan that `kvsim replay`
 //! reproduces.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::json;
 
 use kvsim_core::bugs::Mutant;
 use kvsim_core::fpm::scenarios::{builtin_scenarios, find_scenario};
 
+use super::progress::Progress;
 use super::{say, CliError};
 use kvsim_sim::check::goals::GOALS;
-use kvsim_sim::check::suite::{check, hunt, CheckConfig, CheckReport, MutantRow};
+use kvsim_sim::check::merge::merge;
+use kvsim_sim::check::run::Verdict;
+use kvsim_sim::check::suite::{check_with, hunt_all, CheckConfig, CheckReport, MutantRow};
 use kvsim_sim::output::write_atomic;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    #[command(subcommand)]
+    pub action: Option<CheckAction>,
     /// A mutant to hunt (`kvsim mutants` lists them), or `all`; with --planner
     /// dynamo also a comma-separated list of real-planner mutants.
     #[arg(long)]
@@ -49,7 +53,8 @@ pub struct CheckArgs {
     /// ai-dynamo 1.6.1 planner run by the harness (its environment must be installed).
     #[arg(long, default_value = "kvsim", value_parser = ["kvsim", "dynamo"])]
     pub planner: String,
-    /// With --planner dynamo: harness workers run at once (default: the machine's cores).
+    /// Threads (default: the machine's cores); with --planner dynamo, harness workers run
+    /// at once. The report is the same for any number.
     #[arg(long)]
     pub jobs: Option<usize>,
     /// With --planner dynamo: swarm this working copy of `instrumented_scheduler.py`.
@@ -59,6 +64,35 @@ pub struct CheckArgs {
     /// and reported as hung.
     #[arg(long, default_value_t = 120)]
     pub harness_timeout: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CheckAction {
+    /// Sum the `--json` reports of the shards of one run into the unsharded run's report
+    /// (the same JSON bytes), judging the coverage goals over their union.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' `kvsim check --shard K/N --json` reports, each shard once.
+    #[arg(required = true)]
+    pub reports: Vec<PathBuf>,
+    /// Print the merged report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the shards wrote their failing plans (named in the replay commands).
+    #[arg(long, default_value = "kvsim-check-plans")]
+    pub plans_dir: PathBuf,
+}
+
+/// `--jobs`, or every core.
+pub fn jobs(a: Option<usize>) -> Result<usize, CliError> {
+    match a {
+        Some(0) => Err(CliError::Input("--jobs must be at least 1".into())),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
 }
 
 pub fn parse_shard(s: &str) -> Result<(u64, u64), CliError> {
@@ -97,16 +131,20 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<CheckConfig, CliError> {
         shard: parse_shard(&a.shard)?,
         scenarios,
         only: a.case,
+        jobs: jobs(a.jobs)?,
     })
 }
 
 pub fn run(a: CheckArgs) -> Result<ExitCode, CliError> {
+    if let Some(CheckAction::Merge(m)) = &a.action {
+        return run_merge(m);
+    }
     if a.planner == "dynamo" {
         return super::check_dynamo::run(&a);
     }
-    if a.jobs.is_some() || a.planner_source.is_some() {
+    if a.planner_source.is_some() {
         return Err(CliError::Input(
-            "--jobs and --planner-source apply to --planner dynamo only".into(),
+            "--planner-source applies to --planner dynamo only".into(),
         ));
     }
     let mutants = match a.mutant.as_deref() {
@@ -135,16 +173,21 @@ fn write_plan(dir: &Path, name: &str, plan: &kvsim_core::plan::Plan) -> Result<P
 
 fn run_suites(a: &CheckArgs) -> Result<ExitCode, CliError> {
     let cfg = config(a, 100)?;
-    let tty = std::io::stderr().is_terminal() && !a.json;
-    let mut progress = |done: u64, total: u64| {
-        if tty && (done.is_multiple_of(8) || done == total) {
-            eprint!("\rcheck: {done}/{total} cases");
-            if done == total {
-                eprintln!();
-            }
-        }
-    };
-    let report = check(&cfg, &mut progress);
+    // The cases' bar, then the exhaustive pass's (both borrowed by the callbacks).
+    let bar = std::cell::RefCell::new(Progress::new("check", "cases"));
+    let mut levels: Option<Progress> = None;
+    let report = check_with(
+        &cfg,
+        &mut |done, total| bar.borrow_mut().update(done, total),
+        &mut |done, total| {
+            bar.borrow_mut().finish();
+            levels
+                .get_or_insert_with(|| Progress::new("exhaustive", "levels"))
+                .update(done, total)
+        },
+    );
+    drop(levels);
+    bar.borrow_mut().finish();
     let mut files = Vec::new();
     for f in &report.failures {
         files.push(match &f.plan {
@@ -152,20 +195,62 @@ fn run_suites(a: &CheckArgs) -> Result<ExitCode, CliError> {
             None => None,
         });
     }
-    if a.json {
-        say(serde_json::to_string_pretty(&report).expect("report serializes"))?;
+    report_suites(&report, &files, a.json)
+}
+
+/// Print a report (text or JSON) and judge it: a whole run must reach every goal; a
+/// shard or one `--case` passes on its cases (its goals are judged by the merge).
+fn report_suites(report: &CheckReport, files: &[Option<PathBuf>], json: bool) -> Result<ExitCode, CliError> {
+    if json {
+        say(serde_json::to_string_pretty(report).expect("report serializes"))?;
     } else {
-        print_suites(&report, &files)?;
+        print_suites(report, files)?;
     }
-    if report.passed(true) {
+    if report.passed(report.is_whole_run()) {
         Ok(ExitCode::SUCCESS)
     } else {
         Err(CliError::Failed(format!(
             "{} scenario(s) failed, {} goal(s) missed",
             report.failures.len(),
-            report.missed_goals.len()
+            if report.is_whole_run() {
+                report.missed_goals.len()
+            } else {
+                0
+            }
         )))
     }
+}
+
+fn read_report(path: &Path) -> Result<CheckReport, CliError> {
+    let text = super::read_file(path)?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        CliError::Input(format!(
+            "{}: {}: {} (expected a `kvsim check --json` report)",
+            path.display(),
+            e.path(),
+            e.inner()
+        ))
+    })
+}
+
+fn run_merge(m: &MergeArgs) -> Result<ExitCode, CliError> {
+    let reports = m
+        .reports
+        .iter()
+        .map(|p| read_report(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let merged = merge(&reports).map_err(|e| CliError::Input(format!("kvsim check merge: {e}")))?;
+    // The shards wrote the plans of the failures they kept, under the same names.
+    let files: Vec<Option<PathBuf>> = merged
+        .failures
+        .iter()
+        .map(|f| {
+            matches!(f.verdict, Verdict::Violation { .. } | Verdict::Mismatch { .. })
+                .then(|| plan_file(&m.plans_dir, &format!("{}-case{}", f.scenario, f.case)))
+        })
+        .collect();
+    report_suites(&merged, &files, m.json)
 }
 
 fn print_suites(r: &CheckReport, files: &[Option<PathBuf>]) -> Result<(), CliError> {
@@ -190,7 +275,16 @@ fn print_suites(r: &CheckReport, files: &[Option<PathBuf>]) -> Result<(), CliErr
             s.goals_reached.join(", ")
         ))?;
     }
-    say("coverage goals:")?;
+    print_na_reasons(r)?;
+    if r.is_whole_run() {
+        say("coverage goals:")?;
+    } else {
+        say(format_args!(
+            "coverage goals (reported, not enforced: {}; `kvsim check merge` judges the whole run):",
+            r.case
+                .map_or(format!("shard {}", r.shard), |c| format!("case {c} alone"))
+        ))?;
+    }
     for (g, what) in GOALS {
         let n = r.goals.get(*g).copied().unwrap_or(0);
         say(format_args!(
@@ -218,23 +312,46 @@ fn print_suites(r: &CheckReport, files: &[Option<PathBuf>]) -> Result<(), CliErr
             ))?;
         }
     }
-    let x = &r.exhaustive;
-    say(format_args!(
-        "exhaustive (tiny pool, every op sequence up to {} ops): {} states, {} sequences, {}",
-        x.depth,
-        x.states,
-        x.sequences,
-        x.violation.as_deref().unwrap_or("no violation")
-    ))?;
+    match &r.exhaustive {
+        Some(x) => say(format_args!(
+            "exhaustive (tiny pool, every op sequence up to {} ops): {} states, {} sequences, {}",
+            x.depth,
+            x.states,
+            x.sequences,
+            x.violation.as_deref().unwrap_or("no violation")
+        ))?,
+        None if r.case.is_some() => say("exhaustive: not run for one case")?,
+        None => say(format_args!(
+            "exhaustive: run by the last shard ({}/{})",
+            r.shard.split('/').nth(1).unwrap_or("N"),
+            r.shard.split('/').nth(1).unwrap_or("N")
+        ))?,
+    }
     let failed: u64 = r.scenarios.iter().map(|s| s.failed).sum();
+    let whole = r.is_whole_run();
     say(format_args!(
-        "result: {} ({} cases, {} failed, {} of {} goals reached)",
-        if r.passed(true) { "PASSED" } else { "FAILED" },
+        "result: {} ({} cases, {} failed, {} of {} goals reached{})",
+        if r.passed(whole) { "PASSED" } else { "FAILED" },
         r.cases_run,
         failed,
         GOALS.len() - r.missed_goals.len(),
-        GOALS.len()
+        GOALS.len(),
+        if whole { "" } else { " in this part" }
     ))
+}
+
+/// Under the table: why cases did not apply, per scenario and reason.
+fn print_na_reasons(r: &CheckReport) -> Result<(), CliError> {
+    if r.scenarios.iter().all(|s| s.not_applicable_reasons.is_empty()) {
+        return say("n/a reasons: none (every case applied)");
+    }
+    say("n/a reasons:")?;
+    for s in &r.scenarios {
+        for (reason, n) in &s.not_applicable_reasons {
+            say(format_args!("  {:<18} {:>4}  {reason}", s.scenario, n))?;
+        }
+    }
+    Ok(())
 }
 
 fn replay_command(row: &MutantRow, path: &Path) -> String {
@@ -247,25 +364,15 @@ fn replay_command(row: &MutantRow, path: &Path) -> String {
 
 fn run_mutants(a: &CheckArgs, mutants: &[Mutant]) -> Result<ExitCode, CliError> {
     let cfg = config(a, 100)?;
-    let mut rows = Vec::new();
+    let mut bar = Progress::new("mutants", "mutants");
+    let rows = hunt_all(&cfg, mutants, &mut |done, total| bar.update(done, total));
+    bar.finish();
     let mut commands = Vec::new();
-    for (k, &m) in mutants.iter().enumerate() {
-        let row = hunt(&cfg, m);
-        let cmd = match &row.plan {
-            Some(plan) => Some(replay_command(&row, &write_plan(&a.plans_dir, &row.mutant, plan)?)),
+    for row in &rows {
+        commands.push(match &row.plan {
+            Some(plan) => Some(replay_command(row, &write_plan(&a.plans_dir, &row.mutant, plan)?)),
             None => None,
-        };
-        if !a.json && std::io::stderr().is_terminal() {
-            eprintln!(
-                "[{}/{}] {} {}",
-                k + 1,
-                mutants.len(),
-                row.mutant,
-                if row.killed { "killed" } else { "SURVIVED" }
-            );
-        }
-        commands.push(cmd);
-        rows.push(row);
+        });
     }
     let killed = rows.iter().filter(|r| r.killed && r.replay_reproduces).count();
     if a.json {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{say, CliError};
-use kvsim_sim::fuzz::fuzz;
+use kvsim_sim::fuzz::fuzz_with;
 
 #[derive(Args, Debug)]
 pub struct FuzzArgs {
@@ -18,7 +18,9 @@ pub struct FuzzArgs {
 pub fn run(a: FuzzArgs) -> Result<ExitCode, CliError> {
     // Panics are caught and reported as findings; keep the default hook quiet.
     std::panic::set_hook(Box::new(|_| {}));
-    let s = fuzz(a.seed, a.iterations);
+    let mut bar = super::progress::Progress::new("fuzz", "inputs");
+    let s = fuzz_with(a.seed, a.iterations, &mut |done, total| bar.update(done, total));
+    bar.finish();
     let _ = std::panic::take_hook();
     say(format_args!(
         "fuzz: {} inputs, {} plans accepted, {} ran clean, {} kvtraces replayed, {} panics",

@@ -13,6 +13,7 @@ mod fuzz_cmd;
 mod gen_cmd;
 mod mutants_cmd;
 mod predict_cmd;
+mod progress;
 mod replay_cmd;
 mod replay_gpu;
 mod scenario_arg;

@@ -125,15 +125,18 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
                 "--synthetic-kv, --moe-input, --warmup, --repeat and --time-ops are for the gpu backend".into(),
             ))
         }
-        Backend::Sim => run_plan_opts(
-            &plan,
-            RunOptions {
-                mutant,
-                paranoid: a.paranoid,
-                ..RunOptions::default()
-            },
-            &mut |_, _| {},
-        ),
+        Backend::Sim => {
+            let mut bar = super::progress::Progress::new("replay", "ops");
+            run_plan_opts(
+                &plan,
+                RunOptions {
+                    mutant,
+                    paranoid: a.paranoid,
+                    ..RunOptions::default()
+                },
+                &mut |done, total| bar.update(done, total),
+            )
+        }
         Backend::Gpu => {
             if a.trace.is_some() || a.perfetto.is_some() || mutant.is_some() || a.paranoid {
                 return Err(CliError::Input(

@@ -77,17 +77,6 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         ))
     })?;
     let strategy = planner.map(|p| p.strategy());
-    // A progress bar on a terminal; silent when stderr is a file or a pipe (CI).
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut last = 0u64;
-    let mut progress = |done: u64, total: u64| {
-        let pct = done * 100 / total.max(1);
-        if tty && pct >= last + 2 {
-            last = pct;
-            let bar = "#".repeat((pct / 4) as usize);
-            eprint!("\r  sweeping [{bar:<25}] {pct:>3}% ({done}/{total} ops)");
-        }
-    };
     if let Some(t) = a.timeout_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(CliError::Input(format!("--timeout-seconds must be > 0 (got {t})")));
@@ -101,11 +90,10 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         paranoid: a.paranoid,
         ..RunOptions::default()
     };
-    let run =
-        run_sweep_checked(&s, strategy, &opts, checks, &mut progress).map_err(|e| CliError::Input(e.to_string()))?;
-    if tty {
-        eprintln!();
-    }
+    let mut bar = super::progress::Progress::new("sweep", "ops");
+    let run = run_sweep_checked(&s, strategy, &opts, checks, &mut |done, total| bar.update(done, total))
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    bar.finish();
     if let Some(p) = &a.plan_out {
         let mut text = serde_json::to_string_pretty(&run.plan).expect("plans serialize");
         text.push('\n');

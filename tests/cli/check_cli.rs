@@ -33,6 +33,91 @@ fn check_passes_and_its_json_is_byte_identical_for_the_same_seed() {
 }
 
 #[test]
+fn jobs_do_not_change_the_report() {
+    let d = tmp("jobs");
+    let run = |jobs: &str| kvsim(&["check", "--cases", "4", "--seed", "2", "--json", "--jobs", jobs], &d);
+    let (one, two) = (run("1"), run("2"));
+    let v: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert!(v["failures"].as_array().unwrap().is_empty());
+    assert_eq!(one.status.code(), two.status.code());
+    assert_eq!(one.stdout, two.stdout, "--jobs 1 and --jobs 2 differ");
+    assert_eq!(run("3").stdout, one.stdout);
+}
+
+#[test]
+fn shards_pass_alone_and_merge_into_the_unsharded_report() {
+    let d = tmp("shards");
+    // 21 cases miss some coverage goal: the whole run exits 1 for it, and so must the merge.
+    let whole = kvsim(&["check", "--cases", "3", "--seed", "4", "--json"], &d);
+    assert_eq!(whole.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&whole.stdout).unwrap();
+    assert!(v["failures"].as_array().unwrap().is_empty());
+    assert!(!v["missed_goals"].as_array().unwrap().is_empty());
+    let mut files = Vec::new();
+    for k in 1..=4 {
+        let shard = format!("{k}/4");
+        let out = kvsim(
+            &["check", "--cases", "3", "--seed", "4", "--shard", &shard, "--json"],
+            &d,
+        );
+        // Each shard reaches fewer goals still, and passes: goals are the merge's to judge.
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "shard {shard}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let f = d.join(format!("shard{k}.json"));
+        std::fs::write(&f, &out.stdout).unwrap();
+        files.push(f.display().to_string());
+    }
+    let mut args = vec!["check", "merge", "--json"];
+    args.extend(files.iter().rev().map(String::as_str));
+    let merged = kvsim(&args, &d);
+    assert_eq!(merged.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&merged.stderr).contains("goal(s) missed"));
+    assert_eq!(
+        String::from_utf8_lossy(&merged.stdout),
+        String::from_utf8_lossy(&whole.stdout),
+        "the merge is not the unsharded run"
+    );
+    // The text report of the merge is the unsharded run's too.
+    let text = kvsim(&["check", "--cases", "3", "--seed", "4"], &d);
+    let mut args = vec!["check", "merge"];
+    args.extend(files.iter().map(String::as_str));
+    assert_eq!(kvsim(&args, &d).stdout, text.stdout);
+    // A missing shard, a shard twice, a file that is not a report: exit 2, typed.
+    let bad_json = d.join("bad.json");
+    std::fs::write(&bad_json, "{\"format\": 3}").unwrap();
+    let bad_json = bad_json.display().to_string();
+    for (files, says) in [
+        (vec![&files[0], &files[1], &files[2]], "shards missing: 4/4"),
+        (
+            vec![&files[0], &files[1], &files[2], &files[3], &files[1]],
+            "given twice",
+        ),
+        (vec![&bad_json], "expected a `kvsim check --json` report"),
+    ] {
+        let mut args = vec!["check", "merge"];
+        args.extend(files.iter().map(|f| f.as_str()));
+        let out = kvsim(&args, &d);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn one_case_passes_alone() {
+    let d = tmp("case");
+    let out = kvsim(&["check", "--case", "3"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("reported, not enforced: case 3 alone"), "{text}");
+    assert!(text.contains("result: PASSED (1 cases"), "{text}");
+}
+
+#[test]
 fn a_mutant_hunt_prints_a_replay_command_that_reproduces_the_failure() {
     let d = tmp("hunt");
     for (mutant, engine) in [("cow-release-in-window", false), ("fence-bypass", true)] {
@@ -63,6 +148,8 @@ fn bad_flags_exit_2() {
         vec!["check", "--mutant", "no-such-bug"],
         vec!["check", "--scenario", "nope"],
         vec!["check", "--cases", "0"],
+        vec!["check", "--jobs", "0"],
+        vec!["check", "merge", "no-such-report.json"],
     ] {
         let out = kvsim(&args, &d);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

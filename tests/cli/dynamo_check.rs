@@ -251,7 +251,8 @@ fn bad_flags_exit_2() {
             vec!["check", "--planner", "dynamo", "--mutant", "no-such-bug"],
             "unknown real-planner mutant",
         ),
-        (vec!["check", "--jobs", "2"], "--planner dynamo only"),
+        // --jobs applies to kvsim's own planners too; --planner-source does not.
+        (vec!["check", "--planner-source", "x.py"], "--planner dynamo only"),
         (
             vec!["check", "--planner", "dynamo", "--planner-source", "/nonexistent/x.py"],
             "does not exist",

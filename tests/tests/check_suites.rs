@@ -9,6 +9,7 @@ use kvsim_core::fpm::gate::Strategy::{Chain, Native, Synthetic};
 use kvsim_core::fpm::scenarios::builtin_scenarios;
 use kvsim_core::plan::load_plan;
 use kvsim_sim::check::case::CaseSpec;
+use kvsim_sim::check::merge::{merge, MergeError};
 use kvsim_sim::check::run::{run_case, Verdict};
 use kvsim_sim::check::shrink::{op_count, shrink};
 use kvsim_sim::check::suite::{check, hunt, CheckConfig};
@@ -22,6 +23,7 @@ fn config(cases: u64, seed: u64, shard: (u64, u64)) -> CheckConfig {
         shard,
         scenarios: builtin_scenarios(),
         only: None,
+        jobs: 2,
     }
 }
 
@@ -35,7 +37,7 @@ fn the_suites_pass_on_every_builtin_scenario_and_reach_every_goal() {
         assert_eq!(s.invariants_held, s.invariants_total, "{}", s.scenario);
     }
     assert!(r.missed_goals.is_empty(), "missed: {:?}", r.missed_goals);
-    assert!(r.exhaustive.violation.is_none());
+    assert!(r.exhaustive.as_ref().is_some_and(|x| x.violation.is_none()));
     assert!(r.passed(true));
 }
 
@@ -59,6 +61,54 @@ fn shards_partition_a_run() {
     }
     for (goal, n) in &whole.goals {
         assert_eq!(parts.iter().map(|p| p.goals[goal]).sum::<u64>(), *n, "{goal}");
+    }
+    // The exhaustive pass runs once, in the last shard.
+    let ran: Vec<bool> = parts.iter().map(|p| p.exhaustive.is_some()).collect();
+    assert_eq!(ran, [false, false, true]);
+    assert_eq!(parts[2].exhaustive, whole.exhaustive);
+}
+
+#[test]
+fn merged_shards_are_the_unsharded_report_and_bad_sets_are_refused() {
+    let json = |r: &kvsim_sim::check::suite::CheckReport| serde_json::to_string_pretty(r).unwrap();
+    let whole = check(&config(5, 9, (1, 1)), &mut |_, _| {});
+    let mut parts: Vec<_> = (1..=4).map(|k| check(&config(5, 9, (k, 4)), &mut |_, _| {})).collect();
+    parts.reverse(); // any order
+    assert_eq!(json(&merge(&parts).unwrap()), json(&whole));
+    assert_eq!(merge(&parts[1..]).err(), Some(MergeError::Missing(vec!["4/4".into()])));
+    let mut twice = parts.clone();
+    twice.push(parts[0].clone());
+    assert!(matches!(merge(&twice), Err(MergeError::Duplicate { .. })));
+    let mut other_seed = parts.clone();
+    other_seed[1].seed = 1;
+    assert!(matches!(
+        merge(&other_seed),
+        Err(MergeError::Differs { what: "seed", .. })
+    ));
+    assert_eq!(merge(&[]).err(), Some(MergeError::Empty));
+}
+
+#[test]
+fn every_case_applies_but_the_gate_probes() {
+    // Strategies come from what each layout's gate allows; only the few probes of a
+    // refused strategy (about 4%) are n/a, and the planner refuses each of them.
+    let r = check(&config(60, 0, (1, 1)), &mut |_, _| {});
+    for s in &r.scenarios {
+        assert!(
+            s.not_applicable * 10 <= s.cases,
+            "{}: {} of {} n/a",
+            s.scenario,
+            s.not_applicable,
+            s.cases
+        );
+        for reason in s.not_applicable_reasons.keys() {
+            assert!(
+                reason.contains("does not apply to scenario <scenario>"),
+                "{}: {reason}",
+                s.scenario
+            );
+        }
+        assert_eq!(s.not_applicable_reasons.values().sum::<u64>(), s.not_applicable);
     }
 }
 

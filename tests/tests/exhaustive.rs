@@ -6,7 +6,7 @@
 use kvsim_core::invariants::InvariantId;
 use kvsim_core::kv::ModelMutant;
 use kvsim_core::kvtrace::{replay_value, ReplayEnd};
-use kvsim_sim::exhaustive::{explore, replay_checked, Bounds, Event, Layout};
+use kvsim_sim::exhaustive::{explore, explore_jobs, replay_checked, Bounds, Event, Layout};
 use serde_json::Value;
 
 /// Distinct states the default bounds must visit (203,527 measured; spec/exhaustive.md §5).
@@ -158,4 +158,33 @@ fn bounds_beyond_the_tiny_limits_are_refused_listing_every_problem() {
     };
     let err = explore(&bounds, None).unwrap_err();
     assert_eq!(err.0.len(), 2, "{err}");
+}
+
+/// The search on several threads is the search on one: same counts, same shortest
+/// counterexamples, same first events (the threads only apply ops and check states).
+#[test]
+fn threads_do_not_change_the_search() {
+    let bounds = Bounds {
+        max_ops: 7,
+        ..Bounds::default()
+    };
+    let mutants = std::iter::once(None).chain(SHORTEST.iter().map(|(m, _)| Some(*m)));
+    for m in mutants {
+        let one = explore_jobs(&bounds, m, 1, &mut |_, _| {}).unwrap();
+        let three = explore_jobs(&bounds, m, 3, &mut |_, _| {}).unwrap();
+        let key = |r: &kvsim_sim::exhaustive::ExhaustiveReport| {
+            (
+                r.states,
+                r.ops,
+                r.sequences,
+                r.depth,
+                r.exhausted,
+                r.max_frontier,
+                r.model_errors,
+                r.reached.clone(),
+                r.first_violation.as_ref().map(|c| (c.ops.clone(), c.trace.clone())),
+            )
+        };
+        assert_eq!(key(&one), key(&three), "{m:?}");
+    }
 }

@@ -4,7 +4,7 @@
 //! at the same op with the same finding.
 
 use kvsim_core::bugs::Mutant;
-use kvsim_core::fpm::scenarios::builtin_scenarios;
+use kvsim_core::fpm::scenarios::{builtin_scenarios, BuiltinScenario};
 use kvsim_core::plan::Plan;
 use kvsim_sim::check::case::CaseSpec;
 use kvsim_sim::check::case_seed;
@@ -36,8 +36,8 @@ fn same_in_both_modes(plan: &Plan, mutant: Option<Mutant>, what: &str) -> bool {
     !matches!(full.outcome, Outcome::Passed)
 }
 
-fn spec(index: u64) -> CaseSpec {
-    CaseSpec::draw(&mut ChaCha8Rng::seed_from_u64(case_seed(0, index)))
+fn spec(index: u64, base: &BuiltinScenario) -> CaseSpec {
+    CaseSpec::draw(&mut ChaCha8Rng::seed_from_u64(case_seed(0, index)), base)
 }
 
 #[test]
@@ -49,6 +49,7 @@ fn every_mutant_stops_at_the_same_op_in_both_modes() {
         shard: (1, 1),
         scenarios: scenarios.clone(),
         only: None,
+        jobs: 1,
     };
     for m in Mutant::all() {
         let row = hunt(&cfg, m);
@@ -59,7 +60,7 @@ fn every_mutant_stops_at_the_same_op_in_both_modes() {
         // The unshrunk plan of the case that killed it.
         let case = row.case.unwrap();
         let base = &scenarios[(case % scenarios.len() as u64) as usize];
-        let original = run_case(base, &spec(case), Some(m))
+        let original = run_case(base, &spec(case, base), Some(m))
             .plan
             .expect("the killing case fails again");
         assert!(same_in_both_modes(
@@ -77,7 +78,7 @@ fn swarm_cases_agree_in_both_modes_under_every_mutant() {
     for m in Mutant::all() {
         for case in 0..2 * scenarios.len() as u64 {
             let base = &scenarios[(case % scenarios.len() as u64) as usize];
-            if let Some(plan) = run_case(base, &spec(case), Some(m)).plan {
+            if let Some(plan) = run_case(base, &spec(case, base), Some(m)).plan {
                 let what = format!("{m} case {case}");
                 failed += usize::from(same_in_both_modes(&plan, m.in_engine().then_some(m), &what));
             }

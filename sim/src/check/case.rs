@@ -7,9 +7,10 @@
 //! scenario, strategy and sweep options the planner gets.
 
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use kvsim_core::fpm::capacity::LayoutNeed;
+use kvsim_core::fpm::gate::gate;
 use kvsim_core::fpm::gate::Strategy::{self, Chain, Native, Synthetic};
 use kvsim_core::fpm::grid::{BlockNeed, BlockNeedQuery};
 use kvsim_core::fpm::scenarios::{validate_scenario, BuiltinScenario};
@@ -17,7 +18,7 @@ use kvsim_core::plan::{FaultSpec, GroupKindName};
 
 /// The knobs of one case. Percentages place faults relative to the length of
 /// the case's fault-free plan (steps) or its nominal duration (timeout).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaseSpec {
     /// The planner's strategy; `None` leaves it to the gate (`auto`).
     pub strategy: Option<Strategy>,
@@ -63,36 +64,120 @@ fn pick<T: Copy>(rng: &mut impl Rng, xs: &[T]) -> T {
     xs[rng.gen_range(0..xs.len())]
 }
 
+/// Strategies by weight: chains (the planner with the most moving parts) most often.
+const STRATEGIES: [Option<Strategy>; 7] = [
+    None,
+    None,
+    Some(Native),
+    Some(Chain),
+    Some(Chain),
+    Some(Chain),
+    Some(Synthetic),
+];
+/// The share of cases that probe the gate with a strategy it refuses (n/a when the
+/// planner is right).
+const GATE_PROBE: f64 = 0.04;
+const BATCHED_TOKENS: [u64; 5] = [8, 16, 32, 64, 512];
+
+/// What the planner accepts for `base`, so that every draw applies.
+struct Limits {
+    /// Strategies the gate allows, without and with random KDA.
+    allowed: [Vec<Option<Strategy>>; 2],
+    /// Align-mode state groups: the token budget must cover one scheduler block.
+    align: bool,
+}
+
+impl Limits {
+    fn of(base: &BuiltinScenario) -> Limits {
+        let has_state = base
+            .scenario
+            .model
+            .groups
+            .iter()
+            .any(|g| g.kind == GroupKindName::Mamba);
+        let allowed = [false, true].map(|kda| {
+            let mut s = base.clone();
+            s.bench.random_kda = kda && has_state;
+            let v = gate(&s);
+            STRATEGIES
+                .iter()
+                .copied()
+                .filter(|st| match st {
+                    Some(Native) => v.native,
+                    Some(Chain) => v.chain,
+                    None | Some(Synthetic) => true,
+                })
+                .collect()
+        });
+        let align = base.scenario.scheduler.enable_caching && has_state;
+        Limits { allowed, align }
+    }
+
+    /// The scheduler block size with every group capped at `cap` (the LCM of the sizes).
+    fn scheduler_block(base: &BuiltinScenario, cap: u64) -> u64 {
+        let mut s = base.scenario.clone();
+        for g in &mut s.model.groups {
+            g.block_size = g.block_size.min(cap);
+        }
+        s.kv_config().scheduler_block_size()
+    }
+}
+
 impl CaseSpec {
-    /// Draw a case: each feature and fault is on with its own probability.
-    pub fn draw(rng: &mut impl Rng) -> CaseSpec {
+    /// Draw a case for `base`: each feature and fault is on with its own probability,
+    /// within what the planner accepts for `base` (the strategy its gate allows, a
+    /// token budget its scheduler can chunk by), so that every case applies.
+    pub fn draw(rng: &mut impl Rng, base: &BuiltinScenario) -> CaseSpec {
         let on = |rng: &mut dyn rand::RngCore, p: f64| rng.gen_bool(p);
         let rank = |rng: &mut dyn rand::RngCore| rng.gen_range(0..2u32);
-        CaseSpec {
-            // Chains (the planner with the most moving parts) are drawn most often.
-            strategy: pick(
-                rng,
-                &[
-                    None,
-                    None,
-                    Some(Native),
-                    Some(Chain),
-                    Some(Chain),
-                    Some(Chain),
-                    Some(Synthetic),
-                ],
-            ),
-            max_len: pick(rng, &[24, 32, 48, 64, 96, 128]),
-            max_seqs: rng.gen_range(2..=8),
-            batched_tokens: pick(rng, &[8, 16, 32, 64, 512]),
-            block_size: pick(rng, &[4, 8, 16]),
-            window: pick(rng, &[4, 8, 16, 32]),
-            pool_pct: rng.gen_range(15..=130),
-            repeats: rng.gen_range(1..=6),
-            second_group: on(rng, 0.4),
-            giant: on(rng, 0.3),
-            async_scheduling: on(rng, 0.5),
-            random_kda: on(rng, 0.4),
+        let limits = Limits::of(base);
+        let union: Vec<_> = STRATEGIES
+            .iter()
+            .copied()
+            .filter(|s| limits.allowed.iter().any(|a| a.contains(s)))
+            .collect();
+        let strategy = pick(rng, &union);
+        let max_len = pick(rng, &[24, 32, 48, 64, 96, 128]);
+        let max_seqs = rng.gen_range(2..=8);
+        let block_size = pick(rng, &[4, 8, 16]);
+        let min_tokens = if limits.align {
+            Limits::scheduler_block(base, block_size)
+        } else {
+            0
+        };
+        let budgets: Vec<u64> = BATCHED_TOKENS.iter().copied().filter(|&t| t >= min_tokens).collect();
+        let batched_tokens = pick(
+            rng,
+            if budgets.is_empty() {
+                &BATCHED_TOKENS[4..]
+            } else {
+                &budgets
+            },
+        );
+        let window = pick(rng, &[4, 8, 16, 32]);
+        let pool_pct = rng.gen_range(15..=130);
+        let repeats = rng.gen_range(1..=6);
+        let second_group = on(rng, 0.4);
+        let giant = on(rng, 0.3);
+        let async_scheduling = on(rng, 0.5);
+        let mut random_kda = on(rng, 0.4);
+        // Random KDA moves a state layout from native to chains (the gate's order).
+        if !limits.allowed[usize::from(random_kda)].contains(&strategy) {
+            random_kda = !random_kda;
+        }
+        let mut c = CaseSpec {
+            strategy,
+            max_len,
+            max_seqs,
+            batched_tokens,
+            block_size,
+            window,
+            pool_pct,
+            repeats,
+            second_group,
+            giant,
+            async_scheduling,
+            random_kda,
             dp2: on(rng, 0.3),
             timeout_pct: on(rng, 0.35).then(|| rng.gen_range(1..100)),
             delay_outputs: on(rng, 0.35).then(|| (rng.gen_range(0..100), rng.gen_range(1..=4), rank(rng))),
@@ -104,8 +189,27 @@ impl CaseSpec {
                 (at, rng.gen_range(1..25), rank(rng))
             }),
             message_lag: on(rng, 0.2).then(|| (rank(rng), rng.gen_range(1..=2))),
-            shared_prompt_content: on(rng, 0.3),
+            shared_prompt_content: false,
+        };
+        // A few cases ask for what the gate refuses: the planner must refuse it too (a
+        // gate that admits it is bug 8, `recurrent-state-borrowed`). Drawn after the
+        // other knobs, so that theirs do not depend on it.
+        let refused: Vec<(Option<Strategy>, bool)> = [false, true]
+            .into_iter()
+            .flat_map(|kda| {
+                let allowed = &limits.allowed[usize::from(kda)];
+                STRATEGIES
+                    .iter()
+                    .filter(|s| !allowed.contains(s))
+                    .map(move |&s| (s, kda))
+            })
+            .collect();
+        if on(rng, GATE_PROBE) && !refused.is_empty() {
+            (c.strategy, c.random_kda) = pick(rng, &refused);
         }
+        // Drawn last: earlier knobs keep their draws.
+        c.shared_prompt_content = on(rng, 0.3);
+        c
     }
 }
 

@@ -3,6 +3,8 @@
 
 pub mod case;
 pub mod goals;
+pub mod merge;
+pub mod par;
 pub mod run;
 pub mod shrink;
 pub mod suite;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use kvsim_core::bugs::Mutant;
 use kvsim_core::fpm::planner;
@@ -16,7 +16,7 @@ use super::case::{build_faults, build_scenario, CaseSpec};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
 
 /// What one case showed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Verdict {
     /// The draw gives no valid scenario, or the strategy does not apply to it.
@@ -42,6 +42,30 @@ impl Verdict {
     /// A failure of the planner under test (not a skipped draw).
     pub fn failed(&self) -> bool {
         !matches!(self, Verdict::NotApplicable { .. } | Verdict::Passed)
+    }
+    /// A not-applicable case's reason without its numbers and scenario name, so that
+    /// the reasons of a run can be counted (`""` for other verdicts).
+    pub fn na_reason(&self) -> String {
+        let Verdict::NotApplicable { reason } = self else {
+            return String::new();
+        };
+        // The planner names the case's scenario ("<base>~"); the reason is the rest.
+        let general: String = reason
+            .split(' ')
+            .map(|w| if w.ends_with("~:") { "<scenario>:" } else { w })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut out = String::with_capacity(general.len());
+        for ch in general.chars() {
+            if ch.is_ascii_digit() {
+                if !out.ends_with('N') {
+                    out.push('N');
+                }
+            } else {
+                out.push(ch);
+            }
+        }
+        out
     }
     /// The invariant ID, or the failure kind.
     pub fn label(&self) -> &str {

@@ -2,12 +2,13 @@
 //! index, sharded by index), the per-scenario table, coverage goals, and the
 //! mutant hunt with shrinking and replay.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use kvsim_core::bugs::Mutant;
 use kvsim_core::fpm::scenarios::BuiltinScenario;
@@ -17,6 +18,7 @@ use kvsim_core::plan::{load_plan, Plan};
 use super::case::CaseSpec;
 use super::case_seed;
 use super::goals;
+use super::par::par_map;
 use super::run::{run_case, Verdict};
 use super::shrink::{op_count, shrink};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
@@ -30,6 +32,9 @@ pub struct CheckConfig {
     pub scenarios: Vec<BuiltinScenario>,
     /// Only this case index (to reproduce one case of a report).
     pub only: Option<u64>,
+    /// Threads that run cases and the exhaustive pass (beside them); any number gives
+    /// the same report.
+    pub jobs: usize,
 }
 
 impl CheckConfig {
@@ -43,16 +48,25 @@ impl CheckConfig {
             .map(move |i| (i, &self.scenarios[(i % n) as usize]))
     }
 
-    fn spec(&self, index: u64) -> CaseSpec {
-        CaseSpec::draw(&mut ChaCha8Rng::seed_from_u64(case_seed(self.seed, index)))
+    fn spec(&self, index: u64, base: &BuiltinScenario) -> CaseSpec {
+        CaseSpec::draw(&mut ChaCha8Rng::seed_from_u64(case_seed(self.seed, index)), base)
+    }
+
+    /// The exhaustive pass is one search that cannot be cut into pieces whose counts
+    /// sum (spec/exhaustive.md §4, Shards): the last shard runs it (the last has no more cases
+    /// than the others), a run of one `--case` does not.
+    fn runs_exhaustive(&self) -> bool {
+        self.only.is_none() && self.shard.0 == self.shard.1
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ScenarioRow {
     pub scenario: String,
     pub cases: u64,
     pub not_applicable: u64,
+    /// Why those cases did not apply (`Verdict::na_reason`), counted.
+    pub not_applicable_reasons: BTreeMap<String, u64>,
     pub passed: u64,
     pub failed: u64,
     pub ops: u64,
@@ -63,7 +77,24 @@ pub struct ScenarioRow {
     pub goals_reached: Vec<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+impl ScenarioRow {
+    /// Fill in what follows from the counts: the invariants held (of the labels failed)
+    /// and the goals reached (of the scenario's event counts).
+    pub(super) fn finish(&mut self, reached: impl Fn(&str) -> bool) {
+        self.invariants_total = CATALOG.len();
+        self.invariants_held = CATALOG
+            .iter()
+            .filter(|c| !self.failures.contains_key(c.id.as_str()))
+            .count();
+        self.goals_reached = goals::GOALS
+            .iter()
+            .filter(|(g, _)| reached(g))
+            .map(|(g, _)| g.to_string())
+            .collect();
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Failure {
     pub case: u64,
     pub scenario: String,
@@ -76,22 +107,30 @@ pub struct Failure {
     pub plan: Option<Plan>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+pub const CHECK_FORMAT: &str = "kvsim-check/1";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CheckReport {
-    pub format: &'static str,
+    pub format: String,
     pub seed: u64,
     pub cases_per_scenario: u64,
+    /// The scenarios of the run, in order (a shard may have no case of some).
+    pub scenario_names: Vec<String>,
     pub shard: String,
+    /// The `--case` this report was restricted to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case: Option<u64>,
     pub cases_run: u64,
     pub scenarios: Vec<ScenarioRow>,
     pub goals: BTreeMap<String, u64>,
     pub missed_goals: Vec<String>,
     pub failures: Vec<Failure>,
-    pub exhaustive: ExhaustiveSummary,
+    /// `null` in a report that did not run it (`CheckConfig::runs_exhaustive`).
+    pub exhaustive: Option<ExhaustiveSummary>,
 }
 
 /// The bounded exhaustive pass over a tiny pool (spec/exhaustive.md).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExhaustiveSummary {
     pub states: u64,
     pub sequences: String,
@@ -99,9 +138,9 @@ pub struct ExhaustiveSummary {
     pub violation: Option<String>,
 }
 
-fn exhaustive_pass() -> ExhaustiveSummary {
+fn exhaustive_pass(progress: &mut dyn FnMut(u64, u64)) -> ExhaustiveSummary {
     let bounds = crate::exhaustive::Bounds::default();
-    match crate::exhaustive::explore(&bounds, None) {
+    match crate::exhaustive::explore_jobs(&bounds, None, 1, progress) {
         Ok(r) => ExhaustiveSummary {
             states: r.states,
             sequences: r.sequences.to_string(),
@@ -124,35 +163,74 @@ impl CheckReport {
     /// No failure; and every goal reached (`require_goals`).
     pub fn passed(&self, require_goals: bool) -> bool {
         self.failures.is_empty()
-            && self.exhaustive.violation.is_none()
+            && self.exhaustive.as_ref().is_none_or(|x| x.violation.is_none())
             && (!require_goals || self.missed_goals.is_empty())
+    }
+
+    /// The whole run (one shard of one, every case): the goals are enforced on it.
+    pub fn is_whole_run(&self) -> bool {
+        self.shard == "1/1" && self.case.is_none()
     }
 }
 
-/// A scenario's row, the IDs violated in it, and its event counts.
-type Tally = (ScenarioRow, BTreeSet<String>, BTreeMap<String, u64>);
+/// A scenario's row and its event counts.
+type Tally = (ScenarioRow, BTreeMap<String, u64>);
 
 /// Run the suites without mutants. `progress(done, total)` is called per case.
 pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckReport {
-    let total = cfg.indices().count() as u64;
+    check_with(cfg, progress, &mut |_, _| {})
+}
+
+/// `check`, with `exhaustive(levels done, levels)` called along the exhaustive pass.
+pub fn check_with(
+    cfg: &CheckConfig,
+    progress: &mut dyn FnMut(u64, u64),
+    exhaustive: &mut dyn FnMut(u64, u64),
+) -> CheckReport {
+    let cases: Vec<(u64, &BuiltinScenario)> = cfg.indices().collect();
+    let total = cases.len() as u64;
+    let run = |&(i, base): &(u64, &BuiltinScenario)| {
+        let spec = cfg.spec(i, base);
+        let out = run_case(base, &spec, None);
+        (spec, out)
+    };
+    // With two threads or more, the exhaustive pass runs on one of them beside the
+    // cases. Its search stays on that thread: expanding it on several
+    // (`explore_jobs`) measured slower here, the threads' allocations contending.
+    let (outcomes, summary) = if cfg.runs_exhaustive() && cfg.jobs > 1 {
+        let levels = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            let search = scope.spawn(|| exhaustive_pass(&mut |done, _| levels.store(done, Ordering::Relaxed)));
+            let outcomes = par_map(&cases, cfg.jobs - 1, run, progress);
+            let max_ops = crate::exhaustive::Bounds::default().max_ops as u64;
+            while !search.is_finished() {
+                exhaustive(levels.load(Ordering::Relaxed), max_ops);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            exhaustive(max_ops, max_ops);
+            (outcomes, Some(search.join().expect("the exhaustive pass panicked")))
+        })
+    } else {
+        let outcomes = par_map(&cases, cfg.jobs, run, progress);
+        (outcomes, cfg.runs_exhaustive().then(|| exhaustive_pass(exhaustive)))
+    };
     let mut rows: BTreeMap<String, Tally> = BTreeMap::new();
     let mut all_goals: BTreeMap<String, u64> = BTreeMap::new();
     let mut failures = Vec::new();
-    let mut done = 0;
-    for (i, base) in cfg.indices() {
-        let spec = cfg.spec(i);
-        let out = run_case(base, &spec, None);
-        let (row, violated, ev) = rows.entry(base.name.clone()).or_default();
+    for (&(i, base), (spec, out)) in cases.iter().zip(outcomes) {
+        let (row, ev) = rows.entry(base.name.clone()).or_default();
         row.scenario.clone_from(&base.name);
         row.cases += 1;
         row.ops += out.ops;
         match &out.verdict {
-            Verdict::NotApplicable { .. } => row.not_applicable += 1,
+            Verdict::NotApplicable { .. } => {
+                row.not_applicable += 1;
+                *row.not_applicable_reasons.entry(out.verdict.na_reason()).or_default() += 1;
+            }
             Verdict::Passed => row.passed += 1,
             v => {
                 row.failed += 1;
                 *row.failures.entry(v.label().to_string()).or_default() += 1;
-                violated.insert(v.label().to_string());
             }
         }
         for (k, v) in &out.events {
@@ -176,21 +254,13 @@ pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckRepo
                 plan: shrunk,
             });
         }
-        done += 1;
-        progress(done, total);
     }
     let scenarios = cfg
         .scenarios
         .iter()
         .filter_map(|s| rows.remove(&s.name))
-        .map(|(mut row, violated, ev)| {
-            row.invariants_total = CATALOG.len();
-            row.invariants_held = CATALOG.iter().filter(|c| !violated.contains(c.id.as_str())).count();
-            row.goals_reached = goals::GOALS
-                .iter()
-                .filter(|(g, _)| ev.get(*g).copied().unwrap_or(0) > 0)
-                .map(|(g, _)| g.to_string())
-                .collect();
+        .map(|(mut row, ev)| {
+            row.finish(|g| ev.get(g).copied().unwrap_or(0) > 0);
             row
         })
         .collect::<Vec<_>>();
@@ -199,16 +269,18 @@ pub fn check(cfg: &CheckConfig, progress: &mut dyn FnMut(u64, u64)) -> CheckRepo
         .map(|(g, _)| (g.to_string(), all_goals.get(*g).copied().unwrap_or(0)))
         .collect();
     CheckReport {
-        format: "kvsim-check/1",
+        format: CHECK_FORMAT.to_string(),
         seed: cfg.seed,
         cases_per_scenario: cfg.cases,
+        scenario_names: cfg.scenarios.iter().map(|s| s.name.clone()).collect(),
         shard: format!("{}/{}", cfg.shard.0, cfg.shard.1),
+        case: cfg.only,
         cases_run: total,
         missed_goals: goals::missed(&all_goals).into_iter().map(str::to_string).collect(),
         goals: goal_counts,
         scenarios,
         failures,
-        exhaustive: exhaustive_pass(),
+        exhaustive: summary,
     }
 }
 
@@ -241,6 +313,12 @@ pub struct MutantRow {
 /// Cases tried after a mutant's first kill for a smaller shrunk plan.
 const EXTRA_CASES: u64 = 20;
 
+/// Hunt every mutant of `mutants`, `cfg.jobs` at a time; the rows in `mutants`' order.
+/// `progress(done, total)` is called per mutant hunted.
+pub fn hunt_all(cfg: &CheckConfig, mutants: &[Mutant], progress: &mut dyn FnMut(u64, u64)) -> Vec<MutantRow> {
+    par_map(mutants, cfg.jobs, |&m| hunt(cfg, m), progress)
+}
+
 /// Hunt one mutant: cases in index order until one fails with the mutant's
 /// invariant, then shrink and replay (keeping the smallest of the kills found
 /// within `EXTRA_CASES` more cases).
@@ -272,7 +350,7 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
             Some(n) => *n -= 1,
             None => row.cases += 1,
         }
-        let out = run_case(base, &cfg.spec(i), Some(mutant));
+        let out = run_case(base, &cfg.spec(i, base), Some(mutant));
         let first = window_left.is_none();
         if out.verdict.failed() && first {
             *row.other_findings.entry(out.verdict.label().to_string()).or_default() += 1;

@@ -11,6 +11,7 @@
 //! it; `replay_checked` replays it on a mutated model).
 
 mod bounds;
+mod expand;
 mod fingerprint;
 mod system;
 mod trace;
@@ -78,6 +79,8 @@ struct Search<'a> {
     bounds: &'a Bounds,
     sys: System,
     enc: Encoder,
+    /// Threads that expand a batch of the frontier.
+    jobs: usize,
     seen: FastMap<Fingerprint, u32>,
     parent: Vec<(u32, Option<Op>)>,
     succ: Vec<u32>,
@@ -88,6 +91,17 @@ struct Search<'a> {
 /// Explore every op sequence of up to `bounds.max_ops` ops on a (possibly
 /// mutated) model, breadth-first, stopping at the first invariant violation.
 pub fn explore(bounds: &Bounds, mutant: Option<ModelMutant>) -> Result<ExhaustiveReport, BoundsError> {
+    explore_jobs(bounds, mutant, 1, &mut |_, _| {})
+}
+
+/// `explore` on `jobs` threads: the same report for any number. `progress(levels
+/// done, max_ops)` is called after each BFS level.
+pub fn explore_jobs(
+    bounds: &Bounds,
+    mutant: Option<ModelMutant>,
+    jobs: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExhaustiveReport, BoundsError> {
     let problems = bounds.problems();
     if !problems.is_empty() {
         return Err(BoundsError(problems));
@@ -96,20 +110,21 @@ pub fn explore(bounds: &Bounds, mutant: Option<ModelMutant>) -> Result<Exhaustiv
         bounds,
         sys: bounds.system(mutant),
         enc: Encoder::default(),
+        jobs: jobs.max(1),
         seen: FastMap::default(),
         parent: Vec::new(),
         succ: Vec::new(),
         succ_start: Vec::new(),
         report: ExhaustiveReport::default(),
     };
-    search.run();
+    search.run(progress);
     search.report.states = search.parent.len() as u64;
     search.count_sequences();
     Ok(search.report)
 }
 
 impl Search<'_> {
-    fn run(&mut self) {
+    fn run(&mut self, progress: &mut dyn FnMut(u64, u64)) {
         let root = self.sys.init();
         self.seen.insert(self.enc.fingerprint(&root), 0);
         self.parent.push((RAISED, None));
@@ -119,22 +134,44 @@ impl Search<'_> {
             return;
         }
         let mut frontier: Vec<(u32, State)> = vec![(0, root)];
-        let mut actions = Vec::new();
         for depth in 0..self.bounds.max_ops {
             self.report.max_frontier = self.report.max_frontier.max(frontier.len());
             // States first reached at the depth bound are checked, never expanded.
             let keep = depth + 1 < self.bounds.max_ops;
             let mut next = Vec::new();
-            for (id, state) in &frontier {
-                self.succ_start.push(self.succ.len());
-                self.sys.actions(state, &mut actions);
-                for &op in &actions {
-                    if !self.step(*id, state, op, keep.then_some(&mut next)) {
-                        self.report.depth = depth;
-                        return;
+            if self.jobs <= 1 {
+                // One thread: each successor folded as soon as it is made (no batch held).
+                let (mut scratch, mut actions) = (expand::Scratch::default(), Vec::new());
+                for (id, state) in &frontier {
+                    self.succ_start.push(self.succ.len());
+                    self.sys.actions(state, &mut actions);
+                    for &op in &actions {
+                        let want_error = self.report.first_model_error.is_none();
+                        let x = expand::expand_op(&self.sys, &self.seen, want_error, state, op, &mut scratch);
+                        scratch.forget();
+                        if !self.step(*id, x, keep.then_some(&mut next)) {
+                            self.report.depth = depth;
+                            return;
+                        }
                     }
                 }
             }
+            let batches = if self.jobs > 1 { frontier.len() } else { 0 };
+            for batch in frontier[..batches].chunks(expand::BATCH) {
+                let want_error = self.report.first_model_error.is_none();
+                let expanded = expand::expand(&self.sys, &self.seen, want_error, batch, self.jobs);
+                let mut succs = expanded.succs.into_iter();
+                for ((id, _), &n) in batch.iter().zip(&expanded.counts) {
+                    self.succ_start.push(self.succ.len());
+                    for x in succs.by_ref().take(n as usize) {
+                        if !self.step(*id, x, keep.then_some(&mut next)) {
+                            self.report.depth = depth;
+                            return;
+                        }
+                    }
+                }
+            }
+            progress(depth as u64 + 1, self.bounds.max_ops as u64);
             if keep && next.is_empty() {
                 self.report.exhausted = true;
                 break;
@@ -144,36 +181,34 @@ impl Search<'_> {
         self.report.depth = self.bounds.max_ops;
     }
 
-    /// Apply `op` to a copy of `state` (state `id`), keeping a new state in `next`
-    /// if given; false once a violation is found.
-    fn step(&mut self, id: u32, state: &State, op: Op, next: Option<&mut Vec<(u32, State)>>) -> bool {
-        let mut s = state.clone();
-        let fx = self.sys.apply(&mut s, op);
+    /// Take one successor of state `id` (applied by `expand`), keeping a new state in
+    /// `next` if given; false once a violation is found.
+    fn step(&mut self, id: u32, x: expand::Succ, next: Option<&mut Vec<(u32, State)>>) -> bool {
+        let op = x.op;
         self.report.ops += 1;
-        for e in fx.events() {
+        for e in x.fx.events() {
             if !self.report.reached.contains_key(&e) {
                 let mut path = self.path(id);
                 path.push(op);
                 self.report.reached.insert(e, path);
             }
         }
-        if fx.error.is_some() {
+        let Some(f) = x.fp else {
             self.report.model_errors += 1;
             self.succ.push(RAISED);
             if self.report.first_model_error.is_none() {
-                let v = check_model(&s.kv, &[]);
-                self.report.first_model_error = Some(self.counterexample(id, Some(op), v, fx.error));
+                self.report.first_model_error = Some(self.counterexample(id, Some(op), x.violations, x.fx.error));
             }
             return true;
-        }
-        let f = self.enc.fingerprint(&s);
+        };
         if let Some(&known) = self.seen.get(&f) {
             self.succ.push(known);
             return true;
         }
-        let violations = check_model(&s.kv, &[]);
-        if !violations.is_empty() {
-            self.report.first_violation = Some(self.counterexample(id, Some(op), violations, None));
+        // Not seen now, so not seen before the batch either: `expand` kept and checked it.
+        let s = *x.state.expect("a new successor is kept");
+        if !x.violations.is_empty() {
+            self.report.first_violation = Some(self.counterexample(id, Some(op), x.violations, None));
             return false;
         }
         let new = u32::try_from(self.parent.len()).expect("fewer than 2^32 states");
