@@ -33,7 +33,12 @@ pub struct BlockPool {
     num_blocks: u32,
     enable_caching: bool,
     ref_cnt: Vec<u32>,
-    primary: Vec<Option<BlockHashTag>>,
+    /// Each block's primary key and token count, by block id, as plain integer columns
+    /// (valid where the block's `hashed` bit is set): zeroed memory, so a large pool's pages
+    /// are only touched as its blocks are cached.
+    primary_hash: Vec<u128>,
+    primary_group: Vec<u32>,
+    primary_tokens: Vec<u64>,
     /// One bit per block: set iff it has a primary key (observations list these ids).
     hashed: Vec<u64>,
     /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`),
@@ -72,7 +77,9 @@ impl BlockPool {
             num_blocks,
             enable_caching,
             ref_cnt: vec![0; num_blocks as usize],
-            primary: vec![None; num_blocks as usize],
+            primary_hash: vec![0; num_blocks as usize],
+            primary_group: vec![0; num_blocks as usize],
+            primary_tokens: vec![0; num_blocks as usize],
             hashed: vec![0; (num_blocks as usize).div_ceil(64)],
             secondary: FastMap::default(),
             // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
@@ -104,7 +111,14 @@ impl BlockPool {
     }
 
     pub fn block_hash(&self, id: u32) -> Option<BlockHashTag> {
-        self.primary[id as usize]
+        let i = id as usize;
+        (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| BlockHashTag {
+            key: BlockKey {
+                hash: self.primary_hash[i],
+                group: self.primary_group[i],
+            },
+            num_tokens: self.primary_tokens[i],
+        })
     }
 
     pub fn in_free_queue(&self, id: u32) -> bool {
@@ -152,7 +166,7 @@ impl BlockPool {
     /// Set or clear a block's primary key, keeping the `hashed` bits in step.
     fn set_primary(&mut self, id: u32, tag: Option<BlockHashTag>) {
         self.changes.block(id);
-        if let Some(old) = self.primary[id as usize] {
+        if let Some(old) = self.block_hash(id) {
             self.changes.key(old.key);
         }
         if let Some(new) = tag {
@@ -164,7 +178,11 @@ impl BlockPool {
         } else {
             self.hashed[w] &= !bit;
         }
-        self.primary[id as usize] = tag;
+        if let Some(t) = tag {
+            let i = id as usize;
+            (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) =
+                (t.key.hash, t.key.group, t.num_tokens);
+        }
         self.hash_version += 1;
     }
 
@@ -180,7 +198,7 @@ impl BlockPool {
 
     /// Every key that points at `id` (primary first, then secondaries).
     pub fn keys_of(&self, id: u32) -> Vec<BlockKey> {
-        let mut keys: Vec<BlockKey> = self.primary[id as usize].iter().map(|t| t.key).collect();
+        let mut keys: Vec<BlockKey> = self.block_hash(id).iter().map(|t| t.key).collect();
         keys.extend_from_slice(self.secondary_keys(id));
         keys
     }
@@ -239,7 +257,7 @@ impl BlockPool {
     pub fn evict_cached_block(&mut self, id: u32) -> bool {
         self.changes.block(id);
         let mut removed = false;
-        if let Some(tag) = self.primary[id as usize] {
+        if let Some(tag) = self.block_hash(id) {
             self.set_primary(id, None);
             removed |= self.pop_key(tag.key, id);
         }
@@ -294,7 +312,7 @@ impl BlockPool {
             let r = &mut self.ref_cnt[b as usize];
             *r = r.saturating_sub(1);
             if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
-                if self.primary[b as usize].is_none() || !self.enable_caching {
+                if self.block_hash(b).is_none() || !self.enable_caching {
                     first.push(b);
                 } else {
                     last.push(b);
@@ -319,7 +337,7 @@ impl BlockPool {
 
     /// `_insert_block_hash`: primary if the block has none, else a secondary key.
     pub fn insert_block_hash(&mut self, key: BlockKey, id: u32, num_tokens: u64) {
-        if self.primary[id as usize].map(|t| t.key) == Some(key) {
+        if self.block_hash(id).map(|t| t.key) == Some(key) {
             return;
         }
         // One probe both checks for and registers the (key, block) entry.
@@ -333,7 +351,7 @@ impl BlockPool {
         self.hash_version += 1;
         self.changes.block(id);
         self.changes.key(key);
-        match self.primary[id as usize] {
+        match self.block_hash(id) {
             None => self.set_primary(id, Some(BlockHashTag { key, num_tokens })),
             Some(_) => {
                 let s = self.secondary.entry(id).or_default();
@@ -347,7 +365,7 @@ impl BlockPool {
     /// `cache_full_blocks` for one block: a block that already has a (shorter,
     /// partial) key loses it first (§1.5 step 4).
     pub fn cache_full_block(&mut self, key: BlockKey, id: u32, num_tokens: u64) -> Result<(), PoolError> {
-        if let Some(tag) = self.primary[id as usize] {
+        if let Some(tag) = self.block_hash(id) {
             if tag.num_tokens >= num_tokens {
                 return Err(PoolError {
                     kind: "AssertionError",
@@ -366,10 +384,10 @@ impl BlockPool {
         if id == NULL_BLOCK {
             return;
         }
-        let already = self.primary[id as usize].map(|t| t.key) == Some(key)
-            || self.cached.get(&key).is_some_and(|v| v.contains(id));
+        let already =
+            self.block_hash(id).map(|t| t.key) == Some(key) || self.cached.get(&key).is_some_and(|v| v.contains(id));
         if !already {
-            if let Some(tag) = self.primary[id as usize] {
+            if let Some(tag) = self.block_hash(id) {
                 if tag.num_tokens < num_tokens {
                     self.evict_cached_block(id);
                 }
@@ -388,7 +406,7 @@ impl BlockPool {
         // cost with the cache's size. A watcher sees exactly these blocks and keys change.
         let hashed: Vec<u32> = self.cached_block_ids().collect();
         for id in hashed {
-            if let Some(t) = self.primary[id as usize].take() {
+            if let Some(t) = self.block_hash(id) {
                 self.changes.key(t.key);
             }
             self.changes.block(id);
@@ -416,7 +434,7 @@ impl BlockPool {
 
     /// Whether block `id` holds `key` (primary or secondary); allocation-free.
     pub fn holds_key(&self, id: u32, key: &BlockKey) -> bool {
-        self.primary[id as usize].is_some_and(|t| t.key == *key) || self.secondary_keys(id).contains(key)
+        self.block_hash(id).is_some_and(|t| t.key == *key) || self.secondary_keys(id).contains(key)
     }
 
     /// Visit every map entry in unspecified order (callers must not let the order
