@@ -19,7 +19,7 @@
 #
 # Choices (why):
 # * Everything is installed with `pip --no-deps` from an explicit, pinned list
-#   (REQS below: 60 + the 2 Dynamo wheels), versions exactly as
+#   (REQS below: 61 + the 2 Dynamo wheels), versions exactly as
 #   `pip install vllm==0.31.0` resolves them (that resolution is ~200 packages,
 #   8.6 GB incl. flashinfer, triton, cutlass, nvidia-*). The list is the set of
 #   distributions whose modules are really imported while setup_smoke.py
@@ -71,7 +71,7 @@ REQS=(
   torch==2.13.0
   aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-doc==0.0.7
   annotated-types==0.8.0 anyio==4.16.0 apache-tvm-ffi==0.1.11 attrs==26.1.0
-  cachetools==8.0.2 cbor2==6.3.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3
+  cachetools==8.0.2 cbor2==6.3.0 einops==0.8.2 certifi==2026.10.19.post1 charset-normalizer==3.5.3
   cloudpickle==3.1.3 fastapi==0.136.3 filelock==4.3.1 frozenlist==1.8.0 h11==0.16.0
   httpcore==1.0.9 httpx2==2.16.2 httpx==0.28.1 huggingface_hub==1.33.0 idna==3.20
   llguidance==1.7.6 mpmath==1.3.0 msgspec==0.23.0 multidict==7.2.1 networkx==3.6.1
