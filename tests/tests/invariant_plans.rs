@@ -437,3 +437,47 @@ fn pl_steady_a_point_timed_on_its_admission_step_only() {
     // A point whose injection fell short is skipped untimed: nothing to steady.
     assert_passes(&steps(false, false));
 }
+
+#[test]
+fn pl_coordinate_a_point_measured_off_its_coordinate() {
+    // Request `a` is prefilled to 7 tokens, then point 1 is admitted and steadied on it.
+    // Recorded plans state the admitted lengths (`source.points`): 7 is one short of the
+    // context 8 the steady step reads.
+    let timed = |schedule: bool| {
+        let mut ops = vec![];
+        if schedule {
+            ops.push(json!({"op": "schedule", "req": "a", "num_new_tokens": 1}));
+        }
+        ops.extend([
+            json!({"op": "begin_timed", "point": 1}),
+            json!({"op": "forward", "batch": [{"req": "a", "tokens": 1, "output": [9]}]}),
+            json!({"op": "end_timed", "point": 1}),
+            json!({"op": "process_outputs"}),
+        ]);
+        ops
+    };
+    let with_source = |admitted: u64| {
+        let mut admission = vec![json!({"op": "inject_point", "point": 1})];
+        admission.extend(timed(true));
+        let mut p = plan(
+            scenario(None, 1, 32),
+            vec![(0, 0, prefill("a", 7)), (1, 0, admission), (2, 0, timed(true))],
+        );
+        p["source"] = json!({"planner": "dynamo", "version": "1.6.1", "vllm": "0.31.0",
+            "source_sha256": "0", "installed": true,
+            "points": [{"point": 1, "step": 1, "batch": 1, "context_lengths": [admitted], "kind": "shadow"}]});
+        p
+    };
+    assert_passes(&with_source(7));
+    // Admitted at its context (8) instead of one short: the admission reads 7 where 8 was due.
+    assert_trips(&with_source(8), "PL-COORDINATE");
+    match outcome(&with_source(6)) {
+        Outcome::Violation(f) => assert!(
+            f.detail
+                .contains("point 1: its admission step reads computed contexts [7] where its coordinate gives [6]"),
+            "{}",
+            f.detail
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use content::PrefixHashes;
 
 use crate::bugs::{BugMutant, Mutant};
+use crate::invariants::planner::PointCoordinate;
 use crate::kv::{KvCacheManager, ReqId, Request};
 use crate::plan::Scenario;
 use crate::slips::SlipMutant;
@@ -126,6 +127,9 @@ pub struct Engine {
     pub points_recorded: u64,
     /// Rare events reached (coverage goals), by name.
     pub events: BTreeMap<&'static str, u64>,
+    /// What the plan says each decode point's coordinate is (PL-COORDINATE); points absent
+    /// here are not judged.
+    pub coordinates: BTreeMap<u64, PointCoordinate>,
     /// A deliberate bug switched on (`--mutant`).
     pub mutant: Option<Mutant>,
 }
@@ -169,6 +173,7 @@ impl Engine {
             points: BTreeMap::new(),
             points_recorded: 0,
             events: BTreeMap::new(),
+            coordinates: BTreeMap::new(),
             mutant,
         })
     }

@@ -120,6 +120,11 @@ catalog! {
         source: "dynamo_fpm.md §1.12, §3.3 step 4; §8.2 bug 5",
         checked_in: "core/src/invariants/planner/timing.rs: check (PointInjected, ShadowRegistering, StageScheduled)",
     }
+    PlCoordinate = "PL-COORDINATE" {
+        statement: "Every timed decode step reads its point's coordinate: at the admission step each of the point's B requests has computed exactly max(1, ctx_i − 1) tokens, ctx_i the balanced contexts of the point's steady KV (or the admitted lengths a recorded plan reports), and at the k-th steady step that plus k; no request of another shape is in the batch.",
+        source: "dynamo_fpm.md §1.10 step 2; §8.1 invariants 6, 15 (decode injection one token short, the steady step reads ctx)",
+        checked_in: "core/src/invariants/planner/coordinate.rs: check (TimedForward)",
+    }
     PlTimedHost = "PL-TIMED-HOST" {
         statement: "No host-side bookkeeping (block registration, shadow registration, zeroing, copies) inside a timed window.",
         source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",

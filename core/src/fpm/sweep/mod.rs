@@ -23,6 +23,7 @@ use super::scenarios::BuiltinScenario;
 use crate::bugs::{BugMutant, Mutant};
 use crate::engine::Engine;
 use crate::plan::{FaultSpec, Plan, PlanOp, Step, Tokens};
+use crate::slips::SlipMutant;
 use ops::{decode_step, fake_injection, native_prefill, retire};
 
 /// Why a sweep cannot be planned (bad strategy or scenario: exit code 2).
@@ -106,6 +107,11 @@ impl SweepBuilder<'_> {
     /// Whether seed-bug mutant `m` is on.
     fn bug(&self, m: BugMutant) -> bool {
         self.mutant == Some(Mutant::Bug(m))
+    }
+
+    /// Whether slip `s` is on.
+    fn slip(&self, s: SlipMutant) -> bool {
+        self.mutant == Some(Mutant::Slip(s))
     }
 
     /// A mutated planner keeps planning past violations its own engines see: the
@@ -383,7 +389,13 @@ fn plan_direct_sweep(
             point.sample_reasons.push(SampleReason::ContextClamped);
         }
         let regime = regime(verdict, chosen, direct.enabled, kv, &mut point);
-        plan_execution(p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
+        // Issue 19's slip: the contexts themselves where the admitted lengths belong.
+        let lengths = if kv == Kv::Native && p.slip(SlipMutant::CoordinateOffByOne) {
+            &adm.context_lengths
+        } else {
+            &adm.injected_lengths
+        };
+        plan_execution(p, point, regime, kv, lengths, plan_steps.extra_steps)?;
     }
     Ok(())
 }

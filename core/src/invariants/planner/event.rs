@@ -1,5 +1,6 @@
 //! What the engine reports while it applies an op: facts, not verdicts.
 
+use super::coordinate::PointCoordinate;
 use crate::plan::FailureKind;
 
 /// One fact of an op being applied, with what a planner check needs to judge it.
@@ -23,6 +24,15 @@ pub enum PlannerEvent<'a> {
     },
     /// A shadow registration (a warm-up stage) starting.
     ShadowRegistering { shadow: &'a str, deadline_passed: bool },
+    /// A forward inside point `point`'s timed window (`steady` = 0: its admission step, k: its
+    /// k-th steady step): each batch request's computed tokens before it, and the point's
+    /// coordinate as the plan states it.
+    TimedForward {
+        point: u64,
+        steady: u64,
+        computed: &'a [u64],
+        coordinate: &'a PointCoordinate,
+    },
     /// The sweep ended; the first point measured on its admission step only, if any.
     SweepEnded { admission_only: Option<u64> },
     /// The pool handed out `drawn` blocks for `what` with `fenced` fenced frees pending.

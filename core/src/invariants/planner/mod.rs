@@ -10,6 +10,7 @@
 
 mod admission;
 mod content;
+mod coordinate;
 mod event;
 mod fence;
 mod lifecycle;
@@ -17,6 +18,7 @@ mod recorded;
 mod shadow;
 mod timing;
 
+pub use coordinate::PointCoordinate;
 pub use event::PlannerEvent;
 
 use super::Violation;
@@ -36,6 +38,7 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
             one(admission::check(event))
         }
         E::StateRead { .. } | E::AttentionRead { .. } | E::TailForked { .. } => one(content::check(event)),
+        E::TimedForward { .. } => one(coordinate::check(event)),
         E::ShadowRead { .. } | E::ShadowRegistered { .. } => one(shadow::check(event)),
         E::RegistrationFailed { .. } => shadow::failed_registration(event),
         E::Leftovers { .. } => one(lifecycle::check(event)),
