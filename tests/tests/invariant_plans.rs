@@ -225,10 +225,13 @@ fn every_catalog_entry_is_covered_by_a_test_here_or_by_a_model_mutant() {
     use kvsim_core::kv::ModelMutant;
     let here = include_str!("invariant_plans.rs");
     for inv in CATALOG {
-        // Model mutants and seed-bug mutants (tests/tests/check_suites.rs kills each
+        // Model mutants, seed-bug mutants and slips (tests/tests/check_suites.rs kills each
         // with its invariant).
         let by_mutant = ModelMutant::ALL.iter().any(|m| m.breaks() == inv.id)
-            || kvsim_core::bugs::BUGS.iter().any(|b| b.invariant == inv.id);
+            || kvsim_core::bugs::BUGS.iter().any(|b| b.invariant == inv.id)
+            || kvsim_core::slips::SlipMutant::ALL
+                .iter()
+                .any(|s| s.invariant() == inv.id);
         // An `assert_trips(.., "ID")` call, however rustfmt wraps it.
         let compact: String = here.split_whitespace().collect();
         let by_plan = compact.contains(&format!("\"{}\")", inv.id)) || compact.contains(&format!("\"{}\",)", inv.id));

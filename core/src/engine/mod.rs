@@ -142,8 +142,11 @@ impl Engine {
     /// An engine with a deliberate bug: a seed-bug mutant in the engine, or a
     /// block-pool model mutant.
     pub fn with_mutant(scenario: &Scenario, rank: u32, mutant: Option<Mutant>) -> Result<Self, Mismatch> {
-        let kv = KvCacheManager::with_mutant(scenario.kv_config(), mutant.and_then(Mutant::model))
+        let mut kv = KvCacheManager::with_mutant(scenario.kv_config(), mutant.and_then(Mutant::model))
             .map_err(|e| Mismatch(e.0))?;
+        if let Some(Mutant::Slip(s)) = mutant {
+            kv.set_slip(s.manager());
+        }
         Ok(Engine {
             rank,
             content: vec![None; scenario.pool_blocks as usize],

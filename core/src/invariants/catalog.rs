@@ -75,6 +75,16 @@ catalog! {
         source: "vllm_kv.md §7 item 1",
         checked_in: "core/src/invariants/model.rs: check_null_block",
     }
+    KvTableShape = "KV-TABLE-SHAPE" {
+        statement: "Right after allocate_slots a table has its kind's shape: a sliding-window or chunked-local table is null below its window edge, an align-mode Mamba table null below the state of the last processed token (the blocks remove_skipped_blocks frees; processed = computed and hit tokens less those in flight).",
+        source: "vllm_kv.md §3.2 (remove_skipped_blocks), §3.4, §3.5, §3.6 (align mode: 2 + S + checkpoint blocks)",
+        checked_in: "core/src/invariants/planner/table_shape.rs: check (TablesShaped)",
+    }
+    KvFreeOrder = "KV-FREE-ORDER" {
+        statement: "A request's blocks are freed in vLLM's order: tail first (one free_blocks call per group in group order for free, one call over the reversed concatenation for a deferred free); of the blocks reaching ref 0 the unhashed go to the front of the free queue and the hashed to its back, each in freeing order.",
+        source: "vllm_kv.md §1.5 (free_blocks), §3.2 (free), §6 (pop_blocks_for_free, deferred frees)",
+        checked_in: "core/src/invariants/planner/free_order.rs: check (RequestFreed)",
+    }
     PlWindow = "PL-WINDOW" {
         statement: "No eviction before the window: every attention read (full, MLA, sliding-window, chunked-local) and every recurrent-state read finds the block holding exactly the content the reader expects; a block freed, evicted, overwritten or taken from the wrong depth fails.",
         source: "dynamo_fpm.md §4, §8.2 (sliding-window history evicted before read; recurrent state from the wrong depth)",

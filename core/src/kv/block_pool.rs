@@ -129,6 +129,11 @@ impl BlockPool {
         self.free.iter()
     }
 
+    /// The free queue from its back (the block evicted last first).
+    pub fn free_queue_back(&self) -> impl Iterator<Item = u32> + '_ {
+        self.free.iter_back()
+    }
+
     /// Changes whenever the free queue does.
     pub fn free_version(&self) -> u64 {
         self.free.version()

@@ -45,6 +45,8 @@ pub struct KvCacheManager {
     pub pool: BlockPool,
     pub groups: Vec<GroupManager>,
     pub coordinator: Coordinator,
+    /// A deliberate slip (issue 19), off in every real run.
+    slip: Option<super::ManagerSlip>,
 }
 
 impl KvCacheManager {
@@ -79,6 +81,7 @@ impl KvCacheManager {
             groups,
             coordinator,
             config,
+            slip: None,
         })
     }
 
@@ -253,7 +256,18 @@ impl KvCacheManager {
 
     /// Release blocks detached by `pop_blocks_for_free` (tail-first).
     pub fn free_detached(&mut self, blocks: &[u32]) {
+        if self.slip == Some(super::ManagerSlip::DetachedFreedHeadFirst) {
+            return self.pool.free_blocks(blocks.iter().copied());
+        }
         self.pool.free_blocks(blocks.iter().rev().copied());
+    }
+
+    /// Switch a manager slip on in every group (issue 19's mutants; never in a real run).
+    pub fn set_slip(&mut self, slip: Option<super::ManagerSlip>) {
+        self.slip = slip;
+        for m in &mut self.groups {
+            m.slip = slip;
+        }
     }
 
     pub fn remove_skipped_blocks(&mut self, req: ReqId, processed: u64) {

@@ -1,6 +1,7 @@
 //! What the engine reports while it applies an op: facts, not verdicts.
 
 use super::coordinate::PointCoordinate;
+use crate::kv::GroupKind;
 use crate::plan::FailureKind;
 
 /// One fact of an op being applied, with what a planner check needs to judge it.
@@ -32,6 +33,26 @@ pub enum PlannerEvent<'a> {
         steady: u64,
         computed: &'a [u64],
         coordinate: &'a PointCoordinate,
+    },
+    /// `allocate_slots` ran for `req` with `processed` tokens processed (computed, hits
+    /// included, less those in flight): each group's kind, block size and table after it.
+    TablesShaped {
+        req: &'a str,
+        processed: u64,
+        groups: &'a [(GroupKind, u64, &'a [u32])],
+    },
+    /// `req`'s blocks were freed: its tables before the free (in allocation order; a deferred
+    /// free's detached list as one table), whether one `free_blocks` call took them all (a
+    /// deferred free) or one call per group did (`free`), the blocks that reached ref 0 with
+    /// whether the pool queued each at the back (hashed, caching on), sorted by id, and the
+    /// free queue's front (front first) and back (back first) after it.
+    RequestFreed {
+        req: &'a str,
+        tables: &'a [Vec<u32>],
+        one_call: bool,
+        queued: &'a [(u32, bool)],
+        queue_front: &'a [u32],
+        queue_back: &'a [u32],
     },
     /// The sweep ended; the first point measured on its admission step only, if any.
     SweepEnded { admission_only: Option<u64> },

@@ -13,9 +13,11 @@ mod content;
 mod coordinate;
 mod event;
 mod fence;
+mod free_order;
 mod lifecycle;
 mod recorded;
 mod shadow;
+mod table_shape;
 mod timing;
 
 pub use coordinate::PointCoordinate;
@@ -39,6 +41,8 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
         }
         E::StateRead { .. } | E::AttentionRead { .. } | E::TailForked { .. } => one(content::check(event)),
         E::TimedForward { .. } => one(coordinate::check(event)),
+        E::TablesShaped { .. } => one(table_shape::check(event)),
+        E::RequestFreed { .. } => one(free_order::check(event)),
         E::ShadowRead { .. } | E::ShadowRegistered { .. } => one(shadow::check(event)),
         E::RegistrationFailed { .. } => shadow::failed_registration(event),
         E::Leftovers { .. } => one(lifecycle::check(event)),
