@@ -9,6 +9,7 @@ use crate::bugs::BugMutant;
 use crate::invariants::planner::PlannerEvent;
 use crate::kv::RequestStatus;
 use crate::plan::PlanOp;
+use crate::slips::SlipMutant;
 
 impl Engine {
     /// Retire every live id in `ids`, in order; returns the ids actually finished.
@@ -45,12 +46,20 @@ impl Engine {
         // Processed up to the step before the oldest output still in flight.
         self.processed_seq = self.pending_outputs.iter().map(|p| p.step_seq - 1).min().unwrap_or(now);
         let processed = self.processed_seq;
+        // Issue 19's slip: the fence drains one step early.
+        let drain_to = processed + u64::from(self.slip(SlipMutant::FenceReleasedEarly));
         let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
             .into_iter()
-            .partition(|d| d.step_seq <= processed);
+            .partition(|d| d.step_seq <= drain_to);
         self.deferred = keep;
         let mut out = OpOutcome::ok(format!("processed to {processed}, released {}", release.len()));
+        let oldest_in_flight = self.pending_outputs.iter().map(|p| p.step_seq).min();
         for d in &release {
+            out.check(PlannerEvent::FencedFreeReleased {
+                req: &d.req,
+                step: d.step_seq,
+                oldest_in_flight,
+            });
             self.kv.free_detached(&d.blocks);
             self.free_order_check(&d.req, std::slice::from_ref(&d.blocks), true, &mut out);
         }

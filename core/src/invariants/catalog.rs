@@ -141,9 +141,9 @@ catalog! {
         checked_in: "core/src/invariants/planner/timing.rs: check (HostOp)",
     }
     PlInflightFree = "PL-INFLIGHT-FREE" {
-        statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are.",
+        statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are: it is freed fenced, and the fence releases a deferred free only once no output of its step or an earlier one is in flight.",
         source: "dynamo_fpm.md §3.7 (defer_block_free, sched_step_seq); §8.2 bug 13 (fence bypass)",
-        checked_in: "core/src/invariants/planner/fence.rs: check (Freed)",
+        checked_in: "core/src/invariants/planner/fence.rs: check (Freed, FencedFreeReleased)",
     }
     PlCapacity = "PL-CAPACITY" {
         statement: "A planned allocation is never refused: every request the plan schedules fits the pool its capacity arithmetic counted on.",

@@ -561,6 +561,7 @@ fn plan_execution(
     let mut timed = Vec::new();
     let mut kv_tokens = Vec::new();
     let mut variances = Vec::new();
+    let retire_in_flight = p.s.bench.retire_in_flight && p.s.scenario.scheduler.async_scheduling;
     for k in 0..=extra_steps {
         let admission = k == 0;
         let schedule = !(admission && kv == Kv::Fake);
@@ -582,13 +583,23 @@ fn plan_execution(
                     );
                 }
             }
+            if retire_in_flight && k == extra_steps {
+                ops::retire_in_flight(&mut ops, injected.len(), rank, &req);
+            }
             ops
         }));
         let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
         kv_tokens.push(ctx.iter().sum());
         variances.push(variance(&ctx));
     }
-    let retire_ops = |rank| p.drained(retire(injected.len(), rank, &req));
+    let retire_ops = |rank| {
+        if retire_in_flight {
+            // Retired already; the batch queue processes the last step now, and the fence drains.
+            p.drained(vec![PlanOp::ProcessOutputs { lag: 0 }])
+        } else {
+            p.drained(retire(injected.len(), rank, &req))
+        }
+    };
     let per_rank: Vec<Vec<PlanOp>> = (0..p.s.scenario.dp_ranks).map(retire_ops).collect();
     p.step(|rank| per_rank[rank as usize].clone());
     if kv == Kv::Native {

@@ -192,6 +192,20 @@ pub(super) fn decode_step(
     ops
 }
 
+/// The point's last timed step retires its requests behind the fence right after the
+/// forward, and its outputs are processed one step later (async scheduling's batch queue):
+/// `ops`' closing `process_outputs` becomes the retirement and a `process_outputs` of lag 1.
+pub(super) fn retire_in_flight(ops: &mut Vec<PlanOp>, batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String) {
+    if matches!(ops.last(), Some(PlanOp::ProcessOutputs { .. })) {
+        ops.pop();
+    }
+    ops.extend((0..batch).map(|slot| PlanOp::Finish {
+        req: req(rank, slot),
+        fenced: true,
+    }));
+    ops.push(PlanOp::ProcessOutputs { lag: 1 });
+}
+
 /// Retire the execution's requests through the fence and drain it.
 pub(super) fn retire(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String) -> Vec<PlanOp> {
     let mut ops: Vec<PlanOp> = (0..batch)

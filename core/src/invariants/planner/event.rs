@@ -66,6 +66,13 @@ pub enum PlannerEvent<'a> {
         in_flight: bool,
         fenced: bool,
     },
+    /// The fence released `req`'s deferred free of step `step`; the oldest step whose outputs
+    /// are still in flight, if any.
+    FencedFreeReleased {
+        req: &'a str,
+        step: u64,
+        oldest_in_flight: Option<u64>,
+    },
     /// `req` admitted; whether it was shed before.
     Admitted { req: &'a str, was_shed: bool },
     /// `req` found `hit_tokens` cached tokens; whether the plan expected a hit at all.

@@ -35,7 +35,9 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
         | E::StageScheduled { .. }
         | E::ShadowRegistering { .. }
         | E::SweepEnded { .. } => one(timing::check(event)),
-        E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } => one(fence::check(event)),
+        E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } | E::FencedFreeReleased { .. } => {
+            one(fence::check(event))
+        }
         E::Admitted { .. } | E::PrefixHit { .. } | E::AllocationRefused { .. } | E::Running { .. } => {
             one(admission::check(event))
         }
