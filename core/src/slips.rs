@@ -17,6 +17,7 @@ pub enum SlipMutant {
     AlignStatesKept,
     FreeOrderReversed,
     FenceReleasedEarly,
+    InFlightIgnored,
 }
 
 /// Where a slip lives.
@@ -41,7 +42,7 @@ pub struct SlipInfo {
     pub cause: &'static str,
 }
 
-pub const SLIPS: [SlipInfo; 6] = [
+pub const SLIPS: [SlipInfo; 7] = [
     SlipInfo {
         slip: SlipMutant::SaltIgnored,
         name: "salt-ignored",
@@ -84,16 +85,24 @@ pub const SLIPS: [SlipInfo; 6] = [
         invariant: InvariantId::PlInflightFree,
         cause: "the deferred-free fence releases the frees of the step after the last processed one (processed + 1)",
     },
+    SlipInfo {
+        slip: SlipMutant::InFlightIgnored,
+        name: "in-flight-ignored",
+        site: SlipSite::Model(ManagerSlip::InFlightIgnored),
+        invariant: InvariantId::KvTableShape,
+        cause: "allocate_slots frees what left each window below the computed tokens, forgetting the tokens still in flight under async scheduling (vLLM frees below the processed ones)",
+    },
 ];
 
 impl SlipMutant {
-    pub const ALL: [SlipMutant; 6] = [
+    pub const ALL: [SlipMutant; 7] = [
         SlipMutant::SaltIgnored,
         SlipMutant::CoordinateOffByOne,
         SlipMutant::WindowEdgeKept,
         SlipMutant::AlignStatesKept,
         SlipMutant::FreeOrderReversed,
         SlipMutant::FenceReleasedEarly,
+        SlipMutant::InFlightIgnored,
     ];
 
     pub fn info(self) -> &'static SlipInfo {

@@ -199,7 +199,12 @@ impl KvCacheManager {
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         // Blocks that left the window are freed before the capacity check, even if
         // the allocation then fails (§5.3 step 8; FORMAT.md §6.4).
-        let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
+        let in_flight = if self.slip == Some(super::ManagerSlip::InFlightIgnored) {
+            0
+        } else {
+            req.num_in_flight_tokens
+        };
+        let processed = total_computed.saturating_sub(in_flight);
         for m in &mut self.groups {
             m.remove_skipped_blocks(&mut self.pool, req.id, processed);
         }

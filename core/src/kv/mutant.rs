@@ -51,6 +51,8 @@ pub enum ManagerSlip {
     AlignStatesKept,
     /// A deferred free releases the detached blocks head first instead of tail first.
     DetachedFreedHeadFirst,
+    /// `allocate_slots` frees below the computed tokens, ignoring those still in flight.
+    InFlightIgnored,
 }
 
 impl fmt::Display for ModelMutant {

@@ -39,6 +39,7 @@ pub(super) fn native_prefill(
             }
         )
     });
+    let queue = p.s.scenario.scheduler.async_scheduling;
     let mut done = vec![0u64; injected.len()];
     let mut first = true;
     while done.iter().zip(injected).any(|(d, l)| d < l) {
@@ -100,7 +101,10 @@ pub(super) fn native_prefill(
                 });
             }
             ops.push(PlanOp::Forward { batch });
-            ops.push(PlanOp::ProcessOutputs { lag: 0 });
+            // Async scheduling's batch queue: a chunk's outputs land when the next step has
+            // been scheduled, so its tokens are still in flight then (vLLM frees and
+            // retires below the processed tokens only).
+            ops.push(PlanOp::ProcessOutputs { lag: u64::from(queue) });
             ops
         });
         for &(slot, n) in &chunks {

@@ -1,10 +1,13 @@
 //! Table shape per group kind (KV-TABLE-SHAPE, vllm_kv.md §3.2 `remove_skipped_blocks`, §3.4,
 //! §3.5, §3.6 align mode): right after `allocate_slots` freed what left each group's reach
-//! below the processed tokens, a sliding-window or chunked-local table is null below its
-//! window edge, and an align-mode Mamba table is null below the state of the last processed
-//! token (the previous state, the states being written by steps in flight and the new running
-//! state are all that remain). The edge is computed here from the kind alone, not by the
-//! manager's own `skipped_tokens`, so a slip in either shows.
+//! below the processed tokens (computed and hit, less those still in flight), a
+//! sliding-window or chunked-local table is null below its window edge and holds a block at
+//! every entry from the edge up, and an align-mode Mamba table is null below the state of the
+//! last processed token (the previous state, the states being written by steps in flight and
+//! the new running state are all that remain). The edge is computed here from the kind alone,
+//! not by the manager's own `skipped_tokens`, so a slip in either shows; blocks freed from
+//! above the edge (as freeing below the computed tokens, in-flight ones included, does) show
+//! as holes.
 
 use super::PlannerEvent;
 use crate::invariants::{InvariantId, Violation};
@@ -39,6 +42,21 @@ pub(super) fn check(event: &PlannerEvent<'_>) -> Option<Violation> {
                 ),
             ));
         }
+        let windowed = matches!(kind, GroupKind::SlidingWindow { .. } | GroupKind::ChunkedLocal { .. });
+        if let Some(i) = table[below..]
+            .iter()
+            .position(|&b| b == NULL_BLOCK)
+            .filter(|_| windowed)
+        {
+            return Some(Violation::new(
+                InvariantId::KvTableShape,
+                format!(
+                    "{req}: {} group {g} has no block at index {}, inside its window (edge at index {below} with {processed} tokens processed)",
+                    kind.name(),
+                    below + i
+                ),
+            ));
+        }
     }
     None
 }
@@ -63,6 +81,8 @@ mod tests {
         let v = shaped(swa, 11, &[0, 6, 7, 8]).expect("block 6 is below the window");
         assert_eq!(v.id, InvariantId::KvTableShape);
         assert!(v.detail.contains("block 6 at index 1"), "{}", v.detail);
+        // A hole from the edge up: a block freed that the window still covers.
+        assert!(shaped(swa, 11, &[0, 0, 0, 8]).is_some());
         let chunked = GroupKind::ChunkedLocal {
             attention_chunk_size: 8,
         };
