@@ -18,6 +18,7 @@ pub enum SlipMutant {
     FreeOrderReversed,
     FenceReleasedEarly,
     InFlightIgnored,
+    ResetIgnoresHeld,
 }
 
 /// Where a slip lives.
@@ -42,7 +43,7 @@ pub struct SlipInfo {
     pub cause: &'static str,
 }
 
-pub const SLIPS: [SlipInfo; 7] = [
+pub const SLIPS: [SlipInfo; 8] = [
     SlipInfo {
         slip: SlipMutant::SaltIgnored,
         name: "salt-ignored",
@@ -92,10 +93,17 @@ pub const SLIPS: [SlipInfo; 7] = [
         invariant: InvariantId::KvTableShape,
         cause: "allocate_slots frees what left each window below the computed tokens, forgetting the tokens still in flight under async scheduling (vLLM frees below the processed ones)",
     },
+    SlipInfo {
+        slip: SlipMutant::ResetIgnoresHeld,
+        name: "reset-ignores-held",
+        site: SlipSite::Model(ManagerSlip::ResetIgnoresHeld),
+        invariant: InvariantId::KvReset,
+        cause: "reset_prefix_cache clears the prefix cache even while blocks are in use (vLLM refuses it)",
+    },
 ];
 
 impl SlipMutant {
-    pub const ALL: [SlipMutant; 7] = [
+    pub const ALL: [SlipMutant; 8] = [
         SlipMutant::SaltIgnored,
         SlipMutant::CoordinateOffByOne,
         SlipMutant::WindowEdgeKept,
@@ -103,6 +111,7 @@ impl SlipMutant {
         SlipMutant::FreeOrderReversed,
         SlipMutant::FenceReleasedEarly,
         SlipMutant::InFlightIgnored,
+        SlipMutant::ResetIgnoresHeld,
     ];
 
     pub fn info(self) -> &'static SlipInfo {

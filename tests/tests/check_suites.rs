@@ -163,7 +163,7 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
         prop::option::of((0u32..2, 1u64..=2)),
         any::<u8>(),
         2usize..=8,
-        any::<(bool, bool)>(),
+        any::<(bool, bool, bool)>(),
     );
     (core, faults).prop_map(|(c, f)| {
         let (scenario, strategy, max_len, max_seqs, batched_tokens, block_size, window, pool_pct, repeats, b) = c;
@@ -193,6 +193,7 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
                 kv_samples,
                 shared_prompt_content: late.0,
                 retire_in_flight: late.1,
+                reset_probe: late.2,
             },
         )
     })

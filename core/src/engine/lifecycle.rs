@@ -157,7 +157,15 @@ impl Engine {
         let phantom = std::mem::take(&mut self.phantom);
         let n = phantom.len();
         self.kv.pool.free_blocks(phantom);
+        let held_before = (1..self.kv.pool.num_blocks())
+            .filter(|&b| self.kv.pool.ref_cnt(b) > 0)
+            .count();
         let done = self.kv.reset_prefix_cache();
+        out.check(PlannerEvent::PrefixCacheReset {
+            done,
+            held_before,
+            keys_after: self.kv.pool.num_cached_keys(),
+        });
         if let Ok(b) = self.kv.pool.get_new_blocks(n) {
             self.phantom = b;
         }

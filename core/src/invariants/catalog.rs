@@ -85,6 +85,11 @@ catalog! {
         source: "vllm_kv.md §1.5 (free_blocks), §3.2 (free), §6 (pop_blocks_for_free, deferred frees)",
         checked_in: "core/src/invariants/planner/free_order.rs: check (RequestFreed)",
     }
+    KvReset = "KV-RESET" {
+        statement: "A prefix-cache reset is refused exactly while some non-null block is in use (held by a request, a deferred free or a copy-on-write retention), and a granted reset leaves no prefix-cache key.",
+        source: "vllm_kv.md §1.5 (reset_prefix_cache: num_used != 1 returns False)",
+        checked_in: "core/src/invariants/planner/reset.rs: check (PrefixCacheReset)",
+    }
     PlWindow = "PL-WINDOW" {
         statement: "No eviction before the window: every attention read (full, MLA, sliding-window, chunked-local) and every recurrent-state read finds the block holding exactly the content the reader expects; a block freed, evicted, overwritten or taken from the wrong depth fails.",
         source: "dynamo_fpm.md §4, §8.2 (sliding-window history evicted before read; recurrent state from the wrong depth)",

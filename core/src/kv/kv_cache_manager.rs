@@ -317,6 +317,9 @@ impl KvCacheManager {
 
     /// `reset_prefix_cache`: refused while any block is referenced.
     pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.slip == Some(super::ManagerSlip::ResetIgnoresHeld) {
+            return self.pool.reset_prefix_cache_unchecked();
+        }
         self.pool.reset_prefix_cache()
     }
 

@@ -53,6 +53,8 @@ pub enum ManagerSlip {
     DetachedFreedHeadFirst,
     /// `allocate_slots` frees below the computed tokens, ignoring those still in flight.
     InFlightIgnored,
+    /// `reset_prefix_cache` clears the cache even while blocks are in use.
+    ResetIgnoresHeld,
 }
 
 impl fmt::Display for ModelMutant {

@@ -583,6 +583,9 @@ fn plan_execution(
                     );
                 }
             }
+            if admission && p.s.bench.reset_probe {
+                ops::reset_probe(&mut ops);
+            }
             if retire_in_flight && k == extra_steps {
                 ops::retire_in_flight(&mut ops, injected.len(), rank, &req);
             }

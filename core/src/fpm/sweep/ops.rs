@@ -210,6 +210,16 @@ pub(super) fn retire_in_flight(ops: &mut Vec<PlanOp>, batch: usize, rank: u32, r
     ops.push(PlanOp::ProcessOutputs { lag: 1 });
 }
 
+/// A prefix-cache reset requested after the timed window closes, while the point's requests
+/// hold their blocks: refused (what it returns is the model's to say, not the plan's).
+pub(super) fn reset_probe(ops: &mut Vec<PlanOp>) {
+    let at = ops
+        .iter()
+        .position(|o| matches!(o, PlanOp::EndTimed { .. }))
+        .map_or(ops.len(), |i| i + 1);
+    ops.insert(at, PlanOp::ResetPrefixCache { expect: None });
+}
+
 /// Retire the execution's requests through the fence and drain it.
 pub(super) fn retire(batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String) -> Vec<PlanOp> {
     let mut ops: Vec<PlanOp> = (0..batch)

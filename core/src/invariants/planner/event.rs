@@ -73,6 +73,13 @@ pub enum PlannerEvent<'a> {
         step: u64,
         oldest_in_flight: Option<u64>,
     },
+    /// `reset_prefix_cache` returned `done`, with `held_before` non-null blocks in use before
+    /// it and `keys_after` prefix-cache keys left after it.
+    PrefixCacheReset {
+        done: bool,
+        held_before: usize,
+        keys_after: usize,
+    },
     /// `req` admitted; whether it was shed before.
     Admitted { req: &'a str, was_shed: bool },
     /// `req` found `hit_tokens` cached tokens; whether the plan expected a hit at all.

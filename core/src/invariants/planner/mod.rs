@@ -16,6 +16,7 @@ mod fence;
 mod free_order;
 mod lifecycle;
 mod recorded;
+mod reset;
 mod shadow;
 mod table_shape;
 mod timing;
@@ -45,6 +46,7 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
         E::TimedForward { .. } => one(coordinate::check(event)),
         E::TablesShaped { .. } => one(table_shape::check(event)),
         E::RequestFreed { .. } => one(free_order::check(event)),
+        E::PrefixCacheReset { .. } => one(reset::check(event)),
         E::ShadowRead { .. } | E::ShadowRegistered { .. } => one(shadow::check(event)),
         E::RegistrationFailed { .. } => shadow::failed_registration(event),
         E::Leftovers { .. } => one(lifecycle::check(event)),

@@ -342,6 +342,7 @@ impl RealCase {
             message_lag: None,
             shared_prompt_content: false,
             retire_in_flight: false,
+            reset_probe: false,
         }
     }
 
