@@ -153,10 +153,8 @@ pub fn number_points(entries: &mut [GridEntry]) -> u64 {
     expected_points
 }
 
-fn xxh3_hex<T: Serialize>(value: &T) -> String {
-    let json = serde_json::to_value(value).expect("grid points serialize to JSON");
-    let digest = xxhash_rust::xxh3::xxh3_128(canonical_json(&json).as_bytes());
-    format!("{digest:032x}")
+fn xxh3_hex(canonical: &str) -> String {
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(canonical.as_bytes()))
 }
 
 /// The grid digest (§1.7 step 6): a hash of the canonical JSON list of every point of the full
@@ -166,13 +164,22 @@ fn xxh3_hex<T: Serialize>(value: &T) -> String {
 /// canonical bytes, since `sha2` is not a dependency. Equality across ranks is what the digest is
 /// for, and that property is the same; the values are not comparable with Dynamo's.
 pub fn grid_digest(entries: &[GridEntry]) -> String {
-    let points: Vec<&BenchmarkPoint> = entries.iter().map(|e| &e.point).collect();
-    xxh3_hex(&points)
+    let mut json = String::from("[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        e.point.write_canonical(&mut json);
+    }
+    json.push(']');
+    xxh3_hex(&json)
 }
 
 /// `_benchmark_point_digest` (§1.7, sent with READY/results): the same hash over one point.
 pub fn point_digest(point: &BenchmarkPoint) -> String {
-    xxh3_hex(point)
+    let mut json = String::new();
+    point.write_canonical(&mut json);
+    xxh3_hex(&json)
 }
 
 /// A built grid: entries in execution order, numbered, digested.
@@ -478,5 +485,43 @@ mod tests {
                 .collect();
             prop_assert_eq!(replicas, (55..=59).collect::<Vec<u64>>());
         }
+    }
+}
+
+#[cfg(test)]
+mod canonical_tests {
+    use super::*;
+    use crate::fpm::scenarios::builtin_scenarios;
+
+    /// The generic form the digest was defined on: `asdict` through serde, keys sorted.
+    fn generic(p: &BenchmarkPoint) -> String {
+        canonical_json(&serde_json::to_value(p).unwrap())
+    }
+
+    #[test]
+    fn the_written_canonical_form_is_the_generic_one() {
+        let mut seen = 0;
+        for s in builtin_scenarios() {
+            let need = crate::fpm::capacity::LayoutNeed::new(s.scenario.kv_config());
+            let grid = build_grid(&s.grid_config(), &need).unwrap();
+            for e in &grid.entries {
+                let mut p = e.point.clone();
+                let mut out = String::new();
+                p.write_canonical(&mut out);
+                assert_eq!(out, generic(&p));
+                // The optional fields a generated grid leaves empty.
+                p.partition = Some(serde_json::json!({"axis": "kv", "fraction": 0.5, "high_count": 1}));
+                p.rows = Some(vec![[3, 4], [5, 6]]);
+                p.padding_tokens = Some(7);
+                p.expected_capture_size = None;
+                p.expected_cudagraph_mode = "a \"quoted\" mode".into();
+                p.sample_reasons.push(SampleReason::KvwarmRealKv);
+                let mut out = String::new();
+                p.write_canonical(&mut out);
+                assert_eq!(out, generic(&p));
+                seen += 1;
+            }
+        }
+        assert!(seen > 50, "{seen} points");
     }
 }

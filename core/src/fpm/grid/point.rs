@@ -75,6 +75,40 @@ pub struct BenchmarkPoint {
 }
 
 impl BenchmarkPoint {
+    /// The point's canonical JSON (`canonical_json` of `asdict`: keys sorted, compact),
+    /// written field by field: the grid digest hashes every point of every planned grid.
+    pub fn write_canonical(&self, out: &mut String) {
+        use std::fmt::Write;
+        let text = |s: &str| serde_json::Value::from(s).to_string();
+        let opt = |v: Option<u64>| v.map_or("null".to_string(), |n| n.to_string());
+        let reasons: Vec<String> = self
+            .sample_reasons
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("reasons serialize"))
+            .collect();
+        let partition = self
+            .partition
+            .as_ref()
+            .map_or("null".to_string(), super::json::canonical_json);
+        let rows = self.rows.as_ref().map_or("null".to_string(), |rows| {
+            let r: Vec<String> = rows.iter().map(|[a, b]| format!("[{a},{b}]")).collect();
+            format!("[{}]", r.join(","))
+        });
+        let _ = write!(
+            out,
+            "{{\"batch_size\":{},\"benchmark_id\":{},\"expected_capture_size\":{},\"expected_cudagraph_mode\":{},\"padding_tokens\":{},\"partition\":{partition},\"point_type\":{},\"rows\":{rows},\"sample_reasons\":[{}],\"total_kv_read_tokens\":{},\"total_prefill_tokens\":{}}}",
+            self.batch_size,
+            self.benchmark_id,
+            opt(self.expected_capture_size),
+            text(&self.expected_cudagraph_mode),
+            opt(self.padding_tokens),
+            text(self.point_type.as_str()),
+            reasons.join(","),
+            self.total_kv_read_tokens,
+            self.total_prefill_tokens,
+        );
+    }
+
     /// Whether this is a discarded eager warm-up replica (§1.6: tagged `eager_warmup`).
     pub fn is_eager_warmup(&self) -> bool {
         self.sample_reasons.contains(&SampleReason::EagerWarmup)
