@@ -79,6 +79,11 @@ pub struct ReplayArgs {
     /// GPU: also time every launching op (its own events; costs host time per op).
     #[arg(long)]
     pub time_ops: bool,
+    /// GPU: the fixed counterpart of a plan the simulator flags (the same sweep planned
+    /// without the bug): both run, and the result reports the measured difference at the
+    /// finding's point (the bug's timing symptom).
+    #[arg(long)]
+    pub against: Option<PathBuf>,
 }
 
 impl ReplayArgs {
@@ -105,6 +110,7 @@ impl ReplayArgs {
             || self.warmup.is_some()
             || self.repeat.is_some()
             || self.time_ops
+            || self.against.is_some()
     }
 }
 
@@ -122,7 +128,8 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let report = match a.backend {
         Backend::Sim if a.gpu_flags_given() => {
             return Err(CliError::Input(
-                "--synthetic-kv, --moe-input, --warmup, --repeat and --time-ops are for the gpu backend".into(),
+                "--synthetic-kv, --moe-input, --warmup, --repeat, --time-ops and --against are for the gpu backend"
+                    .into(),
             ))
         }
         Backend::Sim => {
@@ -147,7 +154,14 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
                 .out
                 .as_ref()
                 .ok_or_else(|| CliError::Input("--backend gpu needs --out".into()))?;
-            return super::replay_gpu::run(&plan, out, &a.gpu_options());
+            let fixed = match &a.against {
+                Some(p) => {
+                    let text = read_file(p)?;
+                    Some(load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?)
+                }
+                None => None,
+            };
+            return super::replay_gpu::run(&plan, out, &a.gpu_options(), fixed.as_ref());
         }
     };
     if let Some(out) = &a.out {

@@ -161,8 +161,27 @@ fn violations_json(l: &LoweredPlan, report: &ExecReport) -> Vec<Value> {
         .collect()
 }
 
-/// Runs the plan on the GPU and writes the result; returns the exit code.
-pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<ExitCode, CliError> {
+/// Lowers `plan` and times it on a fresh executor (for `--against`'s fixed plan).
+fn measure(plan: &Plan, ro: &GpuReplayOptions, opts: &ExecOptions) -> Result<(LoweredPlan, Vec<ExecReport>), CliError> {
+    let lowered = lower_plan_measured(plan, &ro.lowering).map_err(|e| CliError::Input(e.to_string()))?;
+    let exec_options = kvsim_gpu::executor::ExecutorOptions {
+        spin_wait: true,
+        ..Default::default()
+    };
+    let mut exec = GpuExecutor::with_options(lowered.program.layout.clone(), &exec_options).map_err(gpu_err)?;
+    let reports = timed_runs(&mut exec, &lowered, opts, ro)?;
+    Ok((lowered, reports))
+}
+
+/// Runs the plan on the GPU and writes the result; returns the exit code. With `against`
+/// (a fixed counterpart of a plan the simulator flags), both run with windows synchronised
+/// and the result gains the measured symptom at the finding's point.
+pub fn run(
+    plan: &Plan,
+    out: &std::path::Path,
+    ro: &GpuReplayOptions,
+    against: Option<&Plan>,
+) -> Result<ExitCode, CliError> {
     if let Some(reason) = no_device_reason() {
         return Err(CliError::Input(format!("no CUDA device: {reason}")));
     }
@@ -181,6 +200,7 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
         seed: plan.scenario.seed,
         time_ops: ro.time_ops,
         warm_up_ms: WARM_UP_MS,
+        sync_windows: against.is_some() || kvsim_gpu::ExecOptions::default().sync_windows,
         ..kvsim_gpu::ExecOptions::default()
     };
     let reports = timed_runs(&mut exec, &lowered, &opts, ro)?;
@@ -213,7 +233,27 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
     };
     let gpu_first = violations.first().and_then(|v| v["step"].as_u64());
     let outcome = outcome_json(&lowered, verified, &violations);
-    let result = json!({
+    let symptom = match (against, &sim.outcome) {
+        (Some(fixed), Outcome::Violation(f) | Outcome::Mismatch(f)) => {
+            let (fl, fr) = measure(fixed, ro, &opts)?;
+            let finding = super::replay_symptom::SimFinding {
+                invariant: f.invariant.as_deref().unwrap_or("PLAN-MISMATCH"),
+                step: f.step,
+                detail: &f.detail,
+            };
+            Some(super::replay_symptom::symptom(
+                &finding,
+                (&lowered, &reports),
+                (&fl, &fr),
+            ))
+        }
+        (Some(_), Outcome::Passed) => return Err(CliError::Input(
+            "--against compares a plan the simulator flags with its fixed counterpart; this plan passes the simulator"
+                .into(),
+        )),
+        (None, _) => None,
+    };
+    let mut result = json!({
         "format": "kvsim-replay/1",
         "backend": "gpu",
         "plan_hash": hash,
@@ -246,6 +286,9 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
             "steps": cost_steps,
         },
     });
+    if let Some((v, _)) = &symptom {
+        result["symptom"] = v.clone();
+    }
     let mut text = serde_json::to_string_pretty(&result).expect("results serialize");
     text.push('\n');
     kvsim_sim::output::write_atomic(out, text.as_bytes())
@@ -257,7 +300,20 @@ pub fn run(plan: &Plan, out: &std::path::Path, ro: &GpuReplayOptions) -> Result<
             inv.as_deref().unwrap_or("PLAN-MISMATCH")
         ),
     };
-    say_outcome(&lowered, &info.name, &report, &violations, &sim_line, &hash, verified)
+    let code = say_outcome(&lowered, &info.name, &report, &violations, &sim_line, &hash, verified)?;
+    if code != ExitCode::SUCCESS || sim_first.is_none() {
+        return Ok(code);
+    }
+    // The device verified every read, but the simulator flags the plan: not a content bug.
+    // Never a plain pass: say what the GPU could observe and what it could not.
+    match &symptom {
+        Some((_, line)) => say(line)?,
+        None => say(
+            "the GPU checks content only: the simulator's finding is not a content violation; \
+             replay with --against FIXED_PLAN to measure its timing symptom",
+        )?,
+    }
+    Ok(ExitCode::from(1))
 }
 
 /// Untimed warm-up runs, then the timed runs' reports.
@@ -451,7 +507,12 @@ fn say_outcome(
     }
     if verified {
         say(format_args!(
-            "passed on {}: {} steps, {} rows verified, plan {hash} ({sim_line})",
+            "{} on {}: {} steps, {} rows verified, plan {hash} ({sim_line})",
+            if sim_line == "simulator: passed" {
+                "passed"
+            } else {
+                "content verified"
+            },
             device,
             report.steps.len(),
             report.rows_verified

@@ -46,6 +46,11 @@ pub struct SweepArgs {
     /// verdict is the same: tests/tests/incremental_model.rs).
     #[arg(long)]
     pub paranoid: bool,
+    /// Plan with a planner's mutant switched on (`kvsim mutants`: a seed bug or slip that
+    /// lives in a planner), e.g. to replay the failing plan on a GPU `--against` the clean one.
+    /// The plan is written even though its run fails.
+    #[arg(long)]
+    pub mutant: Option<String>,
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -82,8 +87,21 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
             return Err(CliError::Input(format!("--timeout-seconds must be > 0 (got {t})")));
         }
     }
+    let mutant = match &a.mutant {
+        Some(m) => {
+            let m: kvsim_core::bugs::Mutant = m.parse().map_err(CliError::Input)?;
+            if m.in_engine() {
+                return Err(CliError::Input(format!(
+                    "{m} lives in the engine, not in a planner: the plan does not carry it (replay the clean plan with --mutant {m})"
+                )));
+            }
+            Some(m)
+        }
+        None => None,
+    };
     let opts = SweepOptions {
         timeout_seconds: a.timeout_seconds,
+        mutant,
         ..SweepOptions::default()
     };
     let checks = RunOptions {

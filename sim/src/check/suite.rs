@@ -48,7 +48,8 @@ impl CheckConfig {
             .map(move |i| (i, &self.scenarios[(i % n) as usize]))
     }
 
-    fn spec(&self, index: u64, base: &BuiltinScenario) -> CaseSpec {
+    /// Case `index`'s knobs for `base` (drawn from the run's seed and the index).
+    pub fn spec(&self, index: u64, base: &BuiltinScenario) -> CaseSpec {
         CaseSpec::draw(&mut ChaCha8Rng::seed_from_u64(case_seed(self.seed, index)), base)
     }
 

@@ -1,0 +1,184 @@
+//! `kvsim replay FAILING --backend gpu --against FIXED`: what a bug the simulator flags does to
+//! the benchmark's numbers on a real device. Both plans run on the GPU; at the point the
+//! simulator's finding names, each plan's *recorded* time is compared: what the benchmark
+//! would keep for the point (dynamo_fpm.md §1.11: the upper median of two or more steady
+//! windows, the one steady window, or the admission window when no steady step ran), each
+//! window timed as the benchmark sees it (wall time from an idle device, `sync_windows`).
+
+use kvsim_gpu::executor::ExecReport;
+use kvsim_gpu::LoweredPlan;
+use serde_json::{json, Value};
+
+/// One timed window of one run.
+#[derive(Clone, Debug)]
+struct Window {
+    point: u64,
+    step_begin: u64,
+    step_end: u64,
+    us: f64,
+}
+
+fn windows(l: &LoweredPlan, r: &ExecReport) -> Vec<Window> {
+    r.points
+        .iter()
+        .map(|p| Window {
+            point: u64::from(p.point.0),
+            step_begin: l.steps.get(p.step_begin).copied().unwrap_or(0),
+            step_end: l.steps.get(p.step_end).copied().unwrap_or(0),
+            us: p.wall_ns.map_or(f64::from(p.device_ms) * 1000.0, |n| n as f64 / 1000.0),
+        })
+        .collect()
+}
+
+/// What the benchmark records for `point` from one run's windows: (µs, how, windows).
+fn recorded(ws: &[Window], point: u64) -> Option<(f64, &'static str, usize)> {
+    let mut mine: Vec<&Window> = ws.iter().filter(|w| w.point == point).collect();
+    mine.sort_by_key(|w| w.step_begin);
+    let (admission, steady) = mine.split_first()?;
+    let mut t: Vec<f64> = steady.iter().map(|w| w.us).collect();
+    t.sort_by(f64::total_cmp);
+    Some(match t.len() {
+        0 => (admission.us, "admission window only", 1),
+        1 => (t[0], "the steady window", 2),
+        n => (t[n / 2], "upper median of the steady windows", n + 1),
+    })
+}
+
+/// The point a finding at `step` is about: named in its detail ("point N"), else the window
+/// holding the step, else the next window after it.
+fn finding_point(step: u64, detail: &str, ws: &[Window]) -> Option<u64> {
+    let named = detail
+        .split("point ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .filter(|n| ws.iter().any(|w| w.point == *n));
+    named
+        .or_else(|| {
+            ws.iter()
+                .find(|w| w.step_begin <= step && step <= w.step_end)
+                .map(|w| w.point)
+        })
+        .or_else(|| {
+            ws.iter()
+                .filter(|w| w.step_begin >= step)
+                .min_by_key(|w| w.step_begin)
+                .map(|w| w.point)
+        })
+}
+
+/// Median and range of a point's recorded time over the runs.
+fn over_runs(l: &LoweredPlan, runs: &[ExecReport], point: u64) -> Option<(f64, f64, f64, &'static str, usize)> {
+    let mut v: Vec<(f64, &'static str, usize)> = runs.iter().filter_map(|r| recorded(&windows(l, r), point)).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (lo, hi) = (v[0].0, v[v.len() - 1].0);
+    let (med, how, n) = v[v.len() / 2];
+    Some((med, lo, hi, how, n))
+}
+
+/// The finding the simulator reported on the failing plan.
+pub struct SimFinding<'a> {
+    pub invariant: &'a str,
+    pub step: u64,
+    pub detail: &'a str,
+}
+
+/// The measured symptom (JSON for the result, one line for the terminal).
+pub fn symptom(
+    finding: &SimFinding<'_>,
+    failing: (&LoweredPlan, &[ExecReport]),
+    fixed: (&LoweredPlan, &[ExecReport]),
+) -> (Value, String) {
+    let ws = windows(failing.0, &failing.1[0]);
+    let Some(point) = finding_point(finding.step, finding.detail, &ws) else {
+        let line = format!(
+            "symptom: none measurable: the failing plan times no window at or after step {} ({})",
+            finding.step, finding.invariant
+        );
+        return (json!({"point": null, "observed": false, "why": line}), line);
+    };
+    let a = over_runs(failing.0, failing.1, point);
+    let b = over_runs(fixed.0, fixed.1, point);
+    let (Some(a), Some(b)) = (a, b) else {
+        let line = format!(
+            "symptom at point {point}: the {} plan times no window of it",
+            if a.is_none() { "failing" } else { "fixed" }
+        );
+        return (json!({"point": point, "observed": false, "why": line}), line);
+    };
+    let diff = a.0 - b.0;
+    let pct = 100.0 * diff / b.0.max(1e-9);
+    // Run-to-run spread of either plan: a difference inside it is not a measured symptom.
+    let spread = ((a.2 - a.1).max(b.2 - b.1)) / b.0.max(1e-9) * 100.0;
+    let observed = diff.abs() > (a.2 - a.1).max(b.2 - b.1);
+    let line = format!(
+        "symptom at point {point} ({} at step {}): recorded {:.1} µs ({}) vs {:.1} µs fixed ({}): {:+.1} µs ({:+.1}%), run-to-run spread {:.1}%{}",
+        finding.invariant,
+        finding.step,
+        a.0,
+        a.3,
+        b.0,
+        b.3,
+        diff,
+        pct,
+        spread,
+        if observed { "" } else { ": within the spread, not observed" }
+    );
+    let v = json!({
+        "point": point,
+        "finding": {"invariant": finding.invariant, "step": finding.step, "detail": finding.detail},
+        "failing": {"recorded_us": a.0, "range_us": [a.1, a.2], "how": a.3, "windows": a.4},
+        "fixed": {"recorded_us": b.0, "range_us": [b.1, b.2], "how": b.3, "windows": b.4},
+        "difference_us": diff,
+        "difference_pct": pct,
+        "spread_pct": spread,
+        "observed": observed,
+    });
+    (v, line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(point: u64, step: u64, us: f64) -> Window {
+        Window {
+            point,
+            step_begin: step,
+            step_end: step,
+            us,
+        }
+    }
+
+    #[test]
+    fn the_recorded_sample_is_the_benchmarks() {
+        let ws = [
+            w(1, 10, 50.0),
+            w(1, 11, 30.0),
+            w(1, 12, 20.0),
+            w(1, 13, 40.0),
+            w(2, 20, 9.0),
+        ];
+        // Three steady windows 30, 20, 40: sorted[len / 2] (§1.11), 30.
+        assert_eq!(recorded(&ws, 1), Some((30.0, "upper median of the steady windows", 4)));
+        // Two: the upper one.
+        assert_eq!(recorded(&ws[..3], 1).map(|r| r.0), Some(30.0));
+        assert_eq!(recorded(&ws, 2), Some((9.0, "admission window only", 1)));
+        assert_eq!(recorded(&ws, 3), None);
+    }
+
+    #[test]
+    fn the_finding_names_its_point_or_its_window() {
+        let ws = [w(1, 10, 1.0), w(2, 20, 1.0)];
+        assert_eq!(
+            finding_point(0, "point 2 was measured on its admission step only", &ws),
+            Some(2)
+        );
+        assert_eq!(finding_point(10, "cache_blocks inside the window", &ws), Some(1));
+        assert_eq!(finding_point(15, "p9.r0.s1 hits 16 cached tokens", &ws), Some(2));
+        assert_eq!(finding_point(30, "late", &ws), None);
+    }
+}
