@@ -48,7 +48,7 @@ pub enum Command {
     GenTraces(gen_cmd::GenArgs),
     /// Run a recorded plan on a backend; write the result (and traces).
     Replay(replay_cmd::ReplayArgs),
-    /// Print the JSON Schema of a format.
+    /// Print the JSON Schema of a format (`--list`: every format).
     Schema(schema_cmd::SchemaArgs),
     /// List the invariant catalog.
     Invariants(schema_cmd::InvariantsArgs),

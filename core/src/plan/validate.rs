@@ -37,12 +37,32 @@ pub fn load_plan(text: &str) -> Result<Plan, PlanError> {
     let plan: Plan = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         PlanError::Malformed {
-            path: if path == "." { "$".into() } else { format!("$.{path}") },
+            path: json_path("$", &path),
             message: e.into_inner().to_string(),
         }
     })?;
     validate(&plan)?;
+    if let Some(b) = &plan.benchmark {
+        // The sweep planner's record: read as strictly as the rest, so that what loads is what
+        // the plan schema describes (it is otherwise read only when an artifact is rebuilt).
+        serde_path_to_error::deserialize::<_, crate::fpm::sweep::BenchmarkMeta>(b).map_err(|e| {
+            PlanError::Malformed {
+                path: json_path("$.benchmark", &e.path().to_string()),
+                message: e.into_inner().to_string(),
+            }
+        })?;
+    }
     Ok(plan)
+}
+
+/// `base` extended by a serde_path_to_error path (`.` is the value itself), so that an error at
+/// the top level reads `$`, not `$..`.
+pub fn json_path(base: &str, path: &str) -> String {
+    if path == "." {
+        base.to_string()
+    } else {
+        format!("{base}.{path}")
+    }
 }
 
 fn validate_scenario(s: &Scenario) -> Result<(), PlanError> {

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use kvsim_core::bugs::Mutant;
@@ -60,7 +61,8 @@ impl CheckConfig {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ScenarioRow {
     pub scenario: String,
     pub cases: u64,
@@ -94,7 +96,8 @@ impl ScenarioRow {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Failure {
     pub case: u64,
     pub scenario: String,
@@ -109,7 +112,9 @@ pub struct Failure {
 
 pub const CHECK_FORMAT: &str = "kvsim-check/1";
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// `kvsim check --json` (`kvsim schema check`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CheckReport {
     pub format: String,
     pub seed: u64,
@@ -130,7 +135,8 @@ pub struct CheckReport {
 }
 
 /// The bounded exhaustive pass over a tiny pool (spec/exhaustive.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExhaustiveSummary {
     pub states: u64,
     pub sequences: String,
@@ -284,7 +290,8 @@ pub fn check_with(
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct MutantRow {
     pub mutant: String,
     pub bug: Option<u32>,
