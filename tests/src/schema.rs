@@ -1,4 +1,6 @@
-//! Validating what kvsim writes against its JSON Schema (`kvsim schema NAME`).
+//! Validating what kvsim writes against its JSON Schema (`kvsim schema NAME`). Also compiled
+//! into the CLI's tests (tests/cli/common).
+#![allow(dead_code)] // each suite uses a subset
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -36,6 +38,11 @@ pub fn assert_valid(name: &str, what: &str, doc: &Value) {
         "{what} does not validate against `kvsim schema {name}`:\n{}",
         errs.join("\n")
     );
+}
+
+/// [`assert_valid`] for what kvsim serializes (a plan, an artifact, a report) as it would write it.
+pub fn assert_valid_ser<T: serde::Serialize>(name: &str, what: &str, value: &T) {
+    assert_valid(name, what, &serde_json::to_value(value).expect("serializes"));
 }
 
 /// [`assert_valid`] for a file's JSON text.

@@ -209,3 +209,44 @@ fn scenarios_replays_profiles_and_kvtraces_reject_unknown_fields_and_wrong_types
     );
     closed_and_typed("kvtrace", "generated", &kvsim_core::kvtrace::gen::generate(3, 5));
 }
+
+#[test]
+fn check_reports_reject_unknown_fields_and_wrong_types_in_every_object() {
+    use kvsim_sim::check::suite::{check, CheckConfig, ExhaustiveSummary, Failure};
+    let base = kvsim_core::fpm::scenarios::find_scenario("glm53-flash").unwrap();
+    let cfg = CheckConfig {
+        seed: 1,
+        cases: 1,
+        shard: (1, 1),
+        scenarios: vec![base.clone()],
+        only: Some(0),
+        jobs: 1,
+    };
+    let mut report = check(&cfg, &mut |_, _| {});
+    // A report with every optional part: a failure (its case knobs and verdict) and the
+    // exhaustive pass's summary.
+    let spec = kvsim_sim::check::case::CaseSpec::draw(
+        &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(3),
+        &base,
+    );
+    report.failures.push(Failure {
+        case: 0,
+        scenario: base.name.clone(),
+        spec,
+        verdict: kvsim_sim::check::run::Verdict::Violation {
+            invariant: "KV-REF".into(),
+            detail: "made up".into(),
+        },
+        original_ops: 10,
+        shrunk_ops: 2,
+        plan: None,
+    });
+    report.exhaustive = Some(ExhaustiveSummary {
+        states: 1,
+        sequences: "1".into(),
+        depth: 1,
+        violation: None,
+    });
+    let (o, s) = closed_and_typed("check", "a check report", &serde_json::to_value(&report).unwrap());
+    assert!(o >= 6 && s >= 25, "{o} objects, {s} scalars");
+}
