@@ -189,10 +189,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         }
         Outcome::Violation(f) | Outcome::Mismatch(f) => {
             let what = f.invariant.as_deref().unwrap_or("PLAN-MISMATCH");
-            say(format_args!(
-                "FAILED {what} at step {} rank {} op {:?}: {}",
-                f.step, f.rank, f.op_index, f.detail
-            ))?;
+            say(format_args!("FAILED {what} at {}: {}", f.location(), f.detail))?;
             Ok(ExitCode::from(1))
         }
     }

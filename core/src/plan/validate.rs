@@ -66,6 +66,13 @@ pub fn json_path(base: &str, path: &str) -> String {
 }
 
 fn validate_scenario(s: &Scenario) -> Result<(), PlanError> {
+    if s.pool_blocks < 2 {
+        // Checked here, not by the KV config, which calls it `num_blocks`.
+        return Err(bad(
+            "$.scenario.pool_blocks",
+            format!("must be >= 2 (block 0 is the null block), got {}", s.pool_blocks),
+        ));
+    }
     if s.dp_ranks == 0 {
         return Err(bad("$.scenario.dp_ranks", "must be >= 1"));
     }

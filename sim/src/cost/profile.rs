@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use kvsim_core::plan::json_path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -275,8 +276,8 @@ pub fn load_profile(arg: &str) -> Result<Profile, String> {
     let text = std::fs::read_to_string(arg).map_err(|e| format!("cannot read profile {arg}: {e}"))?;
     let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{arg}: {e}"))?;
     fill_added_params(&mut value);
-    let p: Profile =
-        serde_path_to_error::deserialize(value).map_err(|e| format!("{arg}: at $.{}: {}", e.path(), e.inner()))?;
+    let p: Profile = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{arg}: at {}: {}", json_path("$", &e.path().to_string()), e.inner()))?;
     let problems = p.problems();
     if !problems.is_empty() {
         return Err(format!("{arg}: {}", problems.join("; ")));

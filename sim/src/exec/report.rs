@@ -48,6 +48,14 @@ impl Finding {
         self.state = state;
         self
     }
+    /// Where, for a person: `step 3 rank 0 op 5`, or `step 3 rank 0 (not at one op)` for a
+    /// finding about a whole step or the benchmark record.
+    pub fn location(&self) -> String {
+        match self.op_index {
+            Some(i) => format!("step {} rank {} op {i}", self.step, self.rank),
+            None => format!("step {} rank {} (not at one op)", self.step, self.rank),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, JsonSchema)]
