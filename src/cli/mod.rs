@@ -155,7 +155,7 @@ pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_cor
     paths
         .iter()
         .map(|p| {
-            let plan = kvsim_core::plan::load_plan(&read_file(p)?)
+            let plan = kvsim_core::fpm::sweep::load_plan_checked(&read_file(p)?)
                 .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
             Ok((kvsim_sim::exec::plan_hash(&plan), plan))
         })

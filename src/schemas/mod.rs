@@ -34,7 +34,7 @@ pub const FORMATS: &[Format] = &[
         name: "plan",
         description:
             "kvsim-plan/1: a scenario and the steps a planner took (kvsim replay PLAN; sweep/dynamo run --plan-out)",
-        schema: || schema::<kvsim_core::plan::Plan>(),
+        schema: plan,
     },
     Format {
         name: "artifact",
@@ -99,6 +99,20 @@ fn generator() -> schemars::gen::SchemaGenerator {
 
 fn schema<T: JsonSchema>() -> Value {
     serde_json::to_value(generator().into_root_schema_for::<T>()).expect("schemas serialize")
+}
+
+/// The plan, its `benchmark` record (JSON in the plan layer) described as the sweep planner's
+/// `BenchmarkMeta`, which kvsim's commands read strictly (`load_plan_checked`).
+fn plan() -> Value {
+    let mut gen = generator();
+    let record = gen.subschema_for::<kvsim_core::fpm::sweep::BenchmarkMeta>();
+    let mut v = serde_json::to_value(gen.into_root_schema_for::<kvsim_core::plan::Plan>()).expect("schemas serialize");
+    let record = serde_json::to_value(record).expect("schemas serialize");
+    v["properties"]["benchmark"] = serde_json::json!({
+        "description": v["properties"]["benchmark"]["description"],
+        "anyOf": [record, {"type": "null"}],
+    });
+    v
 }
 
 /// The profile: parameters added after profiles were written may be absent (the loader fills

@@ -197,3 +197,24 @@ fn help_cites_no_section_of_a_file_users_lack() {
         }
     }
 }
+
+#[test]
+fn a_plan_with_a_malformed_benchmark_record_is_refused_with_its_path() {
+    let d = common::tmp_dir("record");
+    let plan = d.join("plan.json").display().to_string();
+    let art = d.join("art.json").display().to_string();
+    let r = kvsim(&["sweep", "--scenario", "llama31-8b", "--out", &art, "--plan-out", &plan]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    v["benchmark"]["executions"][0]["regime"] = "real_kv".into();
+    let bad = write(&d, "bad.json", &v.to_string());
+    for args in [vec!["replay", &bad], vec!["predict", &bad, "--out", &art]] {
+        let r = kvsim(&args);
+        assert_eq!(r.status.code(), Some(2), "{args:?}");
+        let err = stderr(&r);
+        assert!(
+            err.contains("malformed plan at $.benchmark.executions[0].regime: unknown field `regime`"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -18,10 +18,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// What the benchmark planner recorded about its points (regimes, timed steps,
     /// prompt evidence); the artifact is rebuilt from it on replay.
-    /// Kept as JSON here (the plan layer knows no planner types); `validate` reads it as the
-    /// sweep planner's `BenchmarkMeta`, strictly, so the schema below is what loads.
+    // JSON here (the plan layer knows no planner types): the sweep planner's `BenchmarkMeta`,
+    // which `fpm::sweep::load_plan_checked` reads strictly and the plan schema describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::fpm::sweep::BenchmarkMeta>")]
     pub benchmark: Option<serde_json::Value>,
     /// Where a recorded plan came from (the real Dynamo planner; spec/plan.md §7).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fpm::grid::{BenchmarkPoint, SampleReason};
 use crate::invariants::record::{RegimeRow, RegimeStamp};
+use crate::plan::{json_path, load_plan, Plan, PlanError};
 
 /// One prompt's evidence: token ids as little-endian u32, SHA-256 (dynamo_fpm.md §6.6).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -88,6 +89,20 @@ pub struct StageRecord {
 pub struct SkippedPoint {
     pub benchmark_id: u64,
     pub reason: String,
+}
+
+/// [`load_plan`], with the plan's benchmark record (`Plan::benchmark`, JSON in the plan layer)
+/// read as strictly as the rest: kvsim's commands load plans this way, so what they accept is
+/// what `kvsim schema plan` describes.
+pub fn load_plan_checked(text: &str) -> Result<Plan, PlanError> {
+    let plan = load_plan(text)?;
+    if let Some(b) = &plan.benchmark {
+        serde_path_to_error::deserialize::<_, BenchmarkMeta>(b).map_err(|e| PlanError::Malformed {
+            path: json_path("$.benchmark", &e.path().to_string()),
+            message: e.into_inner().to_string(),
+        })?;
+    }
+    Ok(plan)
 }
 
 /// The planner's record, stored in `Plan::benchmark`.
