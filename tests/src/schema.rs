@@ -84,8 +84,20 @@ fn wrong_type(v: &Value) -> Value {
     }
 }
 
+/// The tag fields of kvsim's tagged enums.
+const TAGS: &[&str] = &["op", "fault", "source", "result", "kind"];
+
 /// Every value of `doc` with its JSON path and its path pattern (indices as `[*]`).
 fn walk<'a>(v: &'a Value, path: String, pattern: String, out: &mut Vec<(String, String, &'a Value)>) {
+    // A tagged object (an op, a fault, a prompt source, an outcome, a group or op kind) is its own
+    // pattern per tag value, so that each variant is tried.
+    let pattern = match TAGS
+        .iter()
+        .find_map(|t| v.get(*t).and_then(Value::as_str).map(|x| (t, x)))
+    {
+        Some((t, x)) => format!("{pattern}{{{t}={x}}}"),
+        None => pattern,
+    };
     out.push((path.clone(), pattern.clone(), v));
     match v {
         Value::Object(m) => {
@@ -127,7 +139,12 @@ fn set(doc: &mut Value, path: &str, f: impl FnOnce(&mut Value)) {
 /// added to every object, and every scalar replaced by a wrong type, is rejected.
 /// Returns the number of objects and scalars tried.
 pub fn closed_and_typed(format: &str, what: &str, doc: &Value) -> (usize, usize) {
-    assert!(errors(format, doc).is_empty(), "{what}: the sample itself is invalid");
+    let invalid = errors(format, doc);
+    assert!(
+        invalid.is_empty(),
+        "{what}: the sample itself is invalid:\n{}",
+        invalid.join("\n")
+    );
     let mut all = Vec::new();
     walk(doc, "$".into(), "$".into(), &mut all);
     let mut seen = std::collections::BTreeSet::new();
@@ -136,7 +153,11 @@ pub fn closed_and_typed(format: &str, what: &str, doc: &Value) -> (usize, usize)
         if !seen.insert(pattern.clone()) {
             continue;
         }
-        if v.is_object() && !MAPS.contains(&pattern.as_str()) {
+        let untagged: String = pattern
+            .split('{')
+            .map(|p| p.split_once('}').map_or(p, |(_, rest)| rest))
+            .collect();
+        if v.is_object() && !MAPS.contains(&untagged.as_str()) {
             let mut bad = doc.clone();
             set(&mut bad, &path, |o| {
                 o["surely_not_a_field"] = json!(1);
@@ -158,5 +179,6 @@ pub fn closed_and_typed(format: &str, what: &str, doc: &Value) -> (usize, usize)
             scalars += 1;
         }
     }
+    eprintln!("{format} ({what}): an unknown field rejected in {objects} objects, a wrong type in {scalars} scalars");
     (objects, scalars)
 }

@@ -250,3 +250,155 @@ fn check_reports_reject_unknown_fields_and_wrong_types_in_every_object() {
     let (o, s) = closed_and_typed("check", "a check report", &serde_json::to_value(&report).unwrap());
     assert!(o >= 6 && s >= 25, "{o} objects, {s} scalars");
 }
+
+/// A GPU result as `src/cli/replay_gpu.rs` writes it, every optional part present: no GPU here,
+/// so the sample is assembled from that writer's fields, with the parts kvsim computes without a
+/// device (the cost description of a real plan, a simulator outcome) taken from real runs.
+/// `tests/cli/replay_gpu_cli.rs` validates a real result where a GPU is.
+fn gpu_result_sample() -> Value {
+    let plan = kvsim_sim::sweep::run_sweep(&kvsim_core::fpm::scenarios::find_scenario("gpt-oss-tp").unwrap(), None)
+        .unwrap()
+        .plan;
+    let (_, steps) = kvsim_sim::cost::describe_plan(
+        &plan,
+        &kvsim_sim::cost::Profile::h200(),
+        &kvsim_sim::cost::RunOptions::default(),
+    )
+    .unwrap();
+    let sim = replay_results()
+        .into_iter()
+        .find(|(_, r)| r["outcome"]["result"] == "violation")
+        .unwrap()
+        .1;
+    let violation = json!({"step": 1, "rank": 0, "op_index": 3, "req": "r0", "group": 1, "block": 480,
+        "position": 3568, "device_step": 1, "device_op": 4, "detail": "position 3568 reads stale content"});
+    json!({
+        "format": "kvsim-replay/1", "backend": "gpu", "plan_hash": sim["plan_hash"],
+        "outcome": {"result": "violation", "first": violation},
+        "device": {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 62914560,
+            "memory_bytes": 150_000_000_000u64, "driver_version": "580.159.04", "driver_cuda_version": "13.0",
+            "nvrtc_version": "12.8"},
+        "verification": {"passed": false, "rows_verified": 1024, "violations": [violation]},
+        "simulator": {"outcome": sim["outcome"], "first_finding_step": 1, "first_finding_invariant": "PL-WINDOW",
+            "violations_seen_while_lowering": [{"step": 1, "rank": 0, "op_index": 3, "invariant": "PL-WINDOW",
+                "detail": "d"}]},
+        "gpu_first_violation_step": 1,
+        "steps": [{"step": 0, "device_us": 12.5, "device_us_range": [12.0, 13.0], "host_us": 30.0,
+            "decode_kv_bytes": 4096, "kv_gbps": 0.3, "ops": [{"op": 0, "kind": "write_kv", "device_us": 2.5}]}],
+        "points": [{"point": 1, "step_begin": 0, "step_end": 1, "device_us": 25.0, "device_us_runs": [25.0, 26.0],
+            "host_us": 40.0, "wall_us": 70.0, "decode_kv_bytes": 4096, "kv_gbps": 0.2}],
+        "bandwidth": {"decode_only_steps": 1, "decode_kv_bytes": 4096, "decode_steps_device_us": 12.5,
+            "achieved_gbps": 0.3, "copy_gbps": 3900.0, "percent_of_copy": 0.01, "note": "n"},
+        "layout": [{"rank": 0, "group": 0, "kind": "full_attention", "block_size": 16, "layers": 2, "kv_heads": 8,
+            "q_heads": 64, "head_dim": 64, "blocks": 2000, "pool_bytes": 1_048_576, "kernel": "attn_mma (D 64, 4 heads/CTA)"}],
+        "notes": ["a note"],
+        "run": {"synthetic_kv": "tokens", "moe_input": "token", "time_ops": true, "sync_windows": true, "warmup": 1,
+            "repeat": 3, "spin_wait": true, "warm_up_ms": 30},
+        "cost": {"desc_version": kvsim_sim::cost::desc::DESC_VERSION, "sm_count": 132,
+            "resident_ctas": {"attn_mma_d64_h4": 264}, "steps": steps},
+    })
+}
+
+#[test]
+fn gpu_results_reject_unknown_fields_and_wrong_types_in_every_object() {
+    let (o, s) = closed_and_typed("replay-gpu", "a GPU result", &gpu_result_sample());
+    assert!(o >= 15 && s >= 60, "{o} objects, {s} scalars");
+}
+
+/// A plan with every op, fault and prompt source, each with its optional fields: schema-valid,
+/// not meant to run.
+fn every_variant_plan() -> Value {
+    let ops = json!([
+        {"op": "add_request", "req": "a", "prompt": {"source": "ids", "ids": [1, 2]}, "cache_salt": "s"},
+        {"op": "add_request", "req": "b", "prompt": {"source": "salted", "salt": "x", "len": 8, "vocab": 100}},
+        {"op": "add_request", "req": "c", "prompt": {"source": "py_choices", "seed": "3", "len": 8, "low": 0, "high": 100}},
+        {"op": "schedule", "req": "a", "num_new_tokens": 2, "use_prefix_cache": true, "full_sequence_must_fit": true,
+         "delay_cache_blocks": true, "expect": {"hit_tokens": 0, "tables": [[1]], "refused": true}},
+        {"op": "forward", "batch": [{"req": "a", "tokens": 2, "output": [7]}]},
+        {"op": "process_outputs", "lag": 1},
+        {"op": "fake_compute", "req": "b", "tokens": 4},
+        {"op": "cache_blocks", "req": "a", "num_tokens": 2},
+        {"op": "finish", "req": "a", "fenced": true},
+        {"op": "preempt", "req": "b"},
+        {"op": "shed", "req": "c", "fenced": true},
+        {"op": "register_shadow", "shadow": "s", "chain": "c", "ctx": 4, "headroom": 2, "tail": "cow",
+         "groups": [{"shared": [1], "tail": [2, 3], "cow_from": 1, "cow_more": [4], "num_cached": 1}],
+         "ok": true, "covered": true, "random_state": true},
+        {"op": "release_cow"},
+        {"op": "zero_blocks", "group": 0, "blocks": [2]},
+        {"op": "copy_block", "group": 0, "src": 1, "dst": 2},
+        {"op": "reset_prefix_cache", "expect": true},
+        {"op": "begin_timed", "point": 1},
+        {"op": "end_timed", "point": 1},
+        {"op": "inject_point", "point": 1, "replica": true},
+        {"op": "host_work", "label": "register"},
+        {"op": "observe", "free_blocks": 10, "free_head": [3, 4], "live": 1, "tables": {"a": [[1, 2]]},
+         "gone": ["b"], "runner_mismatch": "differs", "unmodelled": ["edit"]},
+        {"op": "planner_failed", "kind": "raised", "error": "KeyError"},
+        {"op": "end_sweep"},
+    ]);
+    let faults = json!([
+        {"fault": "soft_timeout", "step": 1},
+        {"fault": "abort", "step": 1, "rank": 0, "req": "a", "fenced": true},
+        {"fault": "shrink_pool", "step": 0, "rank": 1, "blocks": 4, "steps": 2},
+        {"fault": "delay_outputs", "step": 1, "rank": 0, "by": 2},
+        {"fault": "stage_failure", "step": 1, "rank": 0, "after": 1},
+        {"fault": "message_lag", "rank": 1, "steps": 1},
+    ]);
+    let mut plan = kvsim_tests::plan(
+        kvsim_tests::scenario(Some(8), 2, 64),
+        vec![(0, 0, ops.as_array().unwrap().clone())],
+    );
+    plan["faults"] = faults;
+    plan["scenario"]["model"]["experts"] = json!(8);
+    plan["scenario"]["model"]["top_k"] = json!(2);
+    plan["scenario"]["model"]["groups"].as_array_mut().unwrap().push(
+        json!({"kind": "chunked_local", "attention_chunk_size": 8, "block_size": 4, "layers": 1, "kv_heads": 1, "head_dim": 8}),
+    );
+    plan["scenario"]["scheduler"]["async_scheduling"] = json!(true);
+    plan["scenario"]["scheduler"]["watermark"] = json!(0.01);
+    plan["source"] = json!({"planner": "dynamo", "version": "1.6.1", "vllm": "0.31.0", "source_sha256": "ab",
+        "installed": false, "points": [{"point": 1, "step": 3, "batch": 1, "context_lengths": [4], "kind": "shadow",
+        "rank": 1, "replica": true}]});
+    plan
+}
+
+/// The `enum` values of a tagged enum's variants in a schema's definitions.
+fn variants(schema: &Value, def: &str, tag: &str) -> std::collections::BTreeSet<String> {
+    schema["definitions"][def]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["properties"][tag]["enum"].as_array().unwrap().iter())
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_plan_op_fault_and_prompt_rejects_unknown_fields_and_wrong_types() {
+    let plan = every_variant_plan();
+    let schema = kvsim_cli::schemas::find("plan").unwrap().schema();
+    let seen = |key: &str, within: &Value| -> std::collections::BTreeSet<String> {
+        within
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x[key].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The sample has every variant the schema knows: a new op needs its sample here.
+    assert_eq!(seen("op", &plan["steps"][0]["ops"]), variants(&schema, "PlanOp", "op"));
+    assert_eq!(seen("fault", &plan["faults"]), variants(&schema, "FaultSpec", "fault"));
+    let prompts: Vec<Value> = plan["steps"][0]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.get("prompt").cloned())
+        .collect();
+    assert_eq!(
+        seen("source", &Value::Array(prompts)),
+        variants(&schema, "Tokens", "source")
+    );
+    let (o, s) = closed_and_typed("plan", "every variant", &plan);
+    assert!(o >= 40 && s >= 100, "{o} objects, {s} scalars");
+}
