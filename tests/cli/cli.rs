@@ -132,6 +132,46 @@ fn schema_plan_prints_a_json_schema() {
 }
 
 #[test]
+fn schema_list_names_every_format_and_each_prints_its_schema() {
+    let r = kvsim(&["schema", "--list"]);
+    assert_eq!(r.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&r.stdout).into_owned();
+    let names: Vec<&str> = text.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "plan",
+            "artifact",
+            "scenario",
+            "replay",
+            "replay-gpu",
+            "predict",
+            "profile",
+            "compare",
+            "check",
+            "mutants",
+            "kvtrace"
+        ]
+    );
+    assert!(text.lines().all(|l| l.split_whitespace().count() > 3), "{text}");
+    for name in names {
+        let r = kvsim(&["schema", name]);
+        assert_eq!(r.status.code(), Some(0), "{name}");
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#", "{name}");
+        assert_eq!(v["additionalProperties"], false, "{name}: the top level is closed");
+    }
+    let r = kvsim(&["schema", "nope"]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("unknown format \"nope\"; formats: plan, artifact,"),
+        "{err}"
+    );
+    assert_eq!(kvsim(&["schema"]).status.code(), Some(2));
+}
+
+#[test]
 fn unknown_subcommands_and_flags_exit_2() {
     assert_eq!(kvsim(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(
