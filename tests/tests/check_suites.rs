@@ -167,11 +167,11 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
         prop::option::of((0u32..2, 1u64..=2)),
         any::<u8>(),
         2usize..=8,
-        any::<bool>(),
+        any::<(bool, bool, bool)>(),
     );
     (core, faults).prop_map(|(c, f)| {
         let (scenario, strategy, max_len, max_seqs, batched_tokens, block_size, window, pool_pct, repeats, b) = c;
-        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, shared) = f;
+        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, late) = f;
         (
             scenario,
             CaseSpec {
@@ -195,7 +195,9 @@ fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
                 message_lag,
                 capture,
                 kv_samples,
-                shared_prompt_content: shared,
+                shared_prompt_content: late.0,
+                retire_in_flight: late.1,
+                reset_probe: late.2,
             },
         )
     })

@@ -246,6 +246,13 @@ fn check_reports_reject_unknown_fields_and_wrong_types_in_every_object() {
         sequences: "1".into(),
         depth: 1,
         violation: None,
+        hybrid: kvsim_sim::check::suite::HybridSummary {
+            states: 1,
+            sequences: "1".into(),
+            depth: 1,
+            violation: None,
+            fixed_point: Some("add a".into()),
+        },
     });
     let (o, s) = closed_and_typed("check", "a check report", &serde_json::to_value(&report).unwrap());
     assert!(o >= 6 && s >= 25, "{o} objects, {s} scalars");

@@ -1,5 +1,7 @@
 //! What the engine reports while it applies an op: facts, not verdicts.
 
+use super::coordinate::PointCoordinate;
+use crate::kv::GroupKind;
 use crate::plan::FailureKind;
 
 /// One fact of an op being applied, with what a planner check needs to judge it.
@@ -23,6 +25,35 @@ pub enum PlannerEvent<'a> {
     },
     /// A shadow registration (a warm-up stage) starting.
     ShadowRegistering { shadow: &'a str, deadline_passed: bool },
+    /// A forward inside point `point`'s timed window (`steady` = 0: its admission step, k: its
+    /// k-th steady step): each batch request's computed tokens before it, and the point's
+    /// coordinate as the plan states it.
+    TimedForward {
+        point: u64,
+        steady: u64,
+        computed: &'a [u64],
+        coordinate: &'a PointCoordinate,
+    },
+    /// `allocate_slots` ran for `req` with `processed` tokens processed (computed, hits
+    /// included, less those in flight): each group's kind, block size and table after it.
+    TablesShaped {
+        req: &'a str,
+        processed: u64,
+        groups: &'a [(GroupKind, u64, &'a [u32])],
+    },
+    /// `req`'s blocks were freed: its tables before the free (in allocation order; a deferred
+    /// free's detached list as one table), whether one `free_blocks` call took them all (a
+    /// deferred free) or one call per group did (`free`), the blocks that reached ref 0 with
+    /// whether the pool queued each at the back (hashed, caching on), sorted by id, and the
+    /// free queue's front (front first) and back (back first) after it.
+    RequestFreed {
+        req: &'a str,
+        tables: &'a [Vec<u32>],
+        one_call: bool,
+        queued: &'a [(u32, bool)],
+        queue_front: &'a [u32],
+        queue_back: &'a [u32],
+    },
     /// The sweep ended; the first point measured on its admission step only, if any.
     SweepEnded { admission_only: Option<u64> },
     /// The pool handed out `drawn` blocks for `what` with `fenced` fenced frees pending.
@@ -34,6 +65,20 @@ pub enum PlannerEvent<'a> {
         req: &'a str,
         in_flight: bool,
         fenced: bool,
+    },
+    /// The fence released `req`'s deferred free of step `step`; the oldest step whose outputs
+    /// are still in flight, if any.
+    FencedFreeReleased {
+        req: &'a str,
+        step: u64,
+        oldest_in_flight: Option<u64>,
+    },
+    /// `reset_prefix_cache` returned `done`, with `held_before` non-null blocks in use before
+    /// it and `keys_after` prefix-cache keys left after it.
+    PrefixCacheReset {
+        done: bool,
+        held_before: usize,
+        keys_after: usize,
     },
     /// `req` admitted; whether it was shed before.
     Admitted { req: &'a str, was_shed: bool },
