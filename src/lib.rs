@@ -2,3 +2,4 @@
 //! checks, cost model) and `kvsim-gpu` (the cudarc executor).
 
 pub mod cli;
+pub mod schemas;

@@ -2,11 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use kvsim_cli::cli::{run, Cli};
+use kvsim_cli::cli::{parse, run};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(code) => code,
         // A closed pipe (`kvsim ... | head`) is not an error worth reporting.

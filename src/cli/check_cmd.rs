@@ -226,9 +226,9 @@ fn read_report(path: &Path) -> Result<CheckReport, CliError> {
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         CliError::Input(format!(
-            "{}: {}: {} (expected a `kvsim check --json` report)",
+            "{}: at {}: {} (expected a `kvsim check --json` report)",
             path.display(),
-            e.path(),
+            kvsim_core::plan::json_path("$", &e.path().to_string()),
             e.inner()
         ))
     })

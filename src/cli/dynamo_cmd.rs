@@ -307,15 +307,15 @@ fn print_summary(name: &str, rec: &Recording, replay: &RunReport) -> Result<(), 
             replay.steps, replay.ops
         )),
         Outcome::Violation(f) => say(format_args!(
-            "  FINDING {} at step {} (op {:?}): {}",
+            "  FINDING {} at {}: {}",
             f.invariant.as_deref().unwrap_or("?"),
-            f.step,
-            f.op_index,
+            f.location(),
             f.detail
         )),
         Outcome::Mismatch(f) => say(format_args!(
-            "  MISMATCH at step {} (op {:?}): kvsim does not reproduce the real planner: {}",
-            f.step, f.op_index, f.detail
+            "  MISMATCH at {}: kvsim does not reproduce the real planner: {}",
+            f.location(),
+            f.detail
         )),
     }
 }

@@ -39,7 +39,8 @@ pub enum Command {
     /// The main job: property suites over every built-in scenario, coverage goals,
     /// and (with --mutant) the seed-bug mutants, each kill shrunk to a replayable plan.
     Check(check_cmd::CheckArgs),
-    /// List the mutants (seed bugs of dynamo_fpm.md §8.2 and block-pool model bugs).
+    /// List the mutants: the bugs of Dynamo's warm-up PRs, block-pool model bugs and slips
+    /// (spec/mutants.md).
     Mutants,
     /// Replay a kvtrace/1 file through the model and print its observation lines.
     Trace(trace_cmd::TraceArgs),
@@ -49,7 +50,7 @@ pub enum Command {
     GenTraces(gen_cmd::GenArgs),
     /// Run a recorded plan on a backend; write the result (and traces).
     Replay(replay_cmd::ReplayArgs),
-    /// Print the JSON Schema of a format.
+    /// Print the JSON Schema of a format (`--list`: every format).
     Schema(schema_cmd::SchemaArgs),
     /// List the invariant catalog.
     Invariants(schema_cmd::InvariantsArgs),
@@ -72,6 +73,48 @@ pub enum Command {
     Dynamo(dynamo_cmd::DynamoCommand),
     /// Check a real Dynamo rank artifact (ai-dynamo 1.6.1) against its schema and invariants.
     Audit(audit_cmd::AuditArgs),
+}
+
+/// The command line, with negative numbers handed to the value parsers of every subcommand:
+/// `--cases -1` is then a bad value, not clap's "unexpected argument '-1'".
+pub fn command() -> clap::Command {
+    fn negatives(c: clap::Command) -> clap::Command {
+        c.allow_negative_numbers(true).mut_subcommands(negatives)
+    }
+    negatives(<Cli as clap::CommandFactory>::command())
+}
+
+/// Parses `args` (program name first). A negative number for an unsigned option is reported as
+/// such; every parse error exits 2 (`clap::Error::exit`), `--help` and `--version` 0.
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args).map_err(|e| {
+        let context = |k| match e.get(k) {
+            Some(ContextValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        match (
+            e.kind(),
+            context(ContextKind::InvalidArg),
+            context(ContextKind::InvalidValue),
+        ) {
+            (ErrorKind::ValueValidation, Some(arg), Some(value)) if value.starts_with('-') => {
+                let flag = arg.split_whitespace().next().unwrap_or(&arg).to_string();
+                cmd.error(
+                    ErrorKind::ValueValidation,
+                    format!("{flag} must not be negative, got {value}"),
+                )
+            }
+            _ => e,
+        }
+    })?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -113,7 +156,7 @@ pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_cor
     paths
         .iter()
         .map(|p| {
-            let plan = kvsim_core::plan::load_plan(&read_file(p)?)
+            let plan = kvsim_core::fpm::sweep::load_plan_checked(&read_file(p)?)
                 .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
             Ok((kvsim_sim::exec::plan_hash(&plan), plan))
         })

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use kvsim_core::plan::load_plan;
+use kvsim_core::fpm::sweep::load_plan_checked;
 
 use super::replay_cmd::{MoeInputArg, SyntheticKvArg};
 use super::{read_file, say, CliError};
@@ -55,7 +55,7 @@ pub fn run_options(synthetic_kv: SyntheticKvArg, moe_input: MoeInputArg, time_op
 
 pub fn run(a: PredictArgs) -> Result<ExitCode, CliError> {
     let text = read_file(&a.plan)?;
-    let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let plan = load_plan_checked(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
     let profile = load_profile(&a.profile).map_err(CliError::Input)?;
     let opts = run_options(a.synthetic_kv, a.moe_input, a.time_ops);
     let hash = plan_hash(&plan);

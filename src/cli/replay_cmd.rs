@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use kvsim_core::plan::load_plan;
+use kvsim_core::fpm::sweep::load_plan_checked;
 
 use super::{read_file, say, CliError};
 use kvsim_sim::exec::{perfetto_json, run_plan_opts, Outcome, RunOptions};
@@ -120,7 +120,7 @@ fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
 
 pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let text = read_file(&a.plan)?;
-    let plan = load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    let plan = load_plan_checked(&text).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
     let mutant = match &a.mutant {
         Some(m) => Some(m.parse::<kvsim_core::bugs::Mutant>().map_err(CliError::Input)?),
         None => None,
@@ -203,10 +203,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         }
         Outcome::Violation(f) | Outcome::Mismatch(f) => {
             let what = f.invariant.as_deref().unwrap_or("PLAN-MISMATCH");
-            say(format_args!(
-                "FAILED {what} at step {} rank {} op {:?}: {}",
-                f.step, f.rank, f.op_index, f.detail
-            ))?;
+            say(format_args!("FAILED {what} at {}: {}", f.location(), f.detail))?;
             Ok(ExitCode::from(1))
         }
     }

@@ -16,8 +16,14 @@ pub fn load_scenario(name: Option<&str>, file: Option<&PathBuf>) -> Result<Built
         (None, Some(path)) => {
             let text = super::read_file(path)?;
             let de = &mut serde_json::Deserializer::from_str(&text);
-            serde_path_to_error::deserialize(de)
-                .map_err(|e| CliError::Input(format!("{}: at $.{}: {}", path.display(), e.path(), e.inner())))
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                CliError::Input(format!(
+                    "{}: at {}: {}",
+                    path.display(),
+                    kvsim_core::plan::json_path("$", &e.path().to_string()),
+                    e.inner()
+                ))
+            })
         }
         (None, None) => Err(CliError::Input("give --scenario NAME or --scenario-file FILE".into())),
     }

@@ -1,30 +1,37 @@
-//! `kvsim schema plan`: the JSON Schema of a format; `kvsim invariants`: the catalog.
+//! `kvsim schema NAME` / `--list`: the JSON Schema of a format (`crate::schemas`);
+//! `kvsim invariants`: the catalog.
 
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use kvsim_core::invariants::catalog::{render_markdown, CATALOG};
-use kvsim_core::plan::Plan;
 
 use super::{say, CliError};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    Plan,
-    Artifact,
-}
+use crate::schemas::{find, FORMATS};
 
 #[derive(Args, Debug)]
 pub struct SchemaArgs {
-    pub format: Format,
+    /// The format (`--list` names them all).
+    #[arg(required_unless_present = "list")]
+    pub format: Option<String>,
+    /// List every format with a line saying what it is.
+    #[arg(long, conflicts_with = "format")]
+    pub list: bool,
 }
 
 pub fn run(a: SchemaArgs) -> Result<ExitCode, CliError> {
-    let schema = match a.format {
-        Format::Plan => schemars::schema_for!(Plan),
-        Format::Artifact => schemars::schema_for!(kvsim_core::fpm::artifact::RankArtifact),
-    };
-    say(serde_json::to_string_pretty(&schema).expect("schemas serialize"))?;
+    if a.list {
+        for f in FORMATS {
+            say(format_args!("{:<11} {}", f.name, f.description))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = a.format.unwrap_or_default();
+    let format = find(&name).ok_or_else(|| {
+        let names: Vec<&str> = FORMATS.iter().map(|f| f.name).collect();
+        CliError::Input(format!("unknown format {name:?}; formats: {}", names.join(", ")))
+    })?;
+    say(serde_json::to_string_pretty(&format.schema()).expect("schemas serialize"))?;
     Ok(ExitCode::SUCCESS)
 }
 

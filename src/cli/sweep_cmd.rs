@@ -34,11 +34,11 @@ pub struct SweepArgs {
     /// Also write the plan the sweep ran (replayable with `kvsim replay`).
     #[arg(long)]
     pub plan_out: Option<PathBuf>,
-    /// Override the soft timeout (simulated seconds, fractions allowed; §1.12):
+    /// Override the soft timeout (simulated seconds, fractions allowed):
     /// no point or warm-up stage starts after it; the artifact is then partial.
     #[arg(long)]
     pub timeout_seconds: Option<f64>,
-    /// Turn random KDA on (`randomize_kda_state`, §1.1): shadows get private,
+    /// Turn random KDA on (Dynamo's `randomize_kda_state`): shadows get private,
     /// deterministic random recurrent state; the scenario needs a Mamba/KDA group.
     #[arg(long)]
     pub random_kda: bool,

@@ -3,6 +3,9 @@
 
 use std::process::{Command, Output};
 
+mod common;
+use common::schema::{assert_valid, assert_valid_file, closed_and_typed};
+
 fn kvsim(args: &[&str], dir: &std::path::Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvsim"))
         .args(args)
@@ -24,6 +27,7 @@ fn check_passes_and_its_json_is_byte_identical_for_the_same_seed() {
     let b = kvsim(&["check", "--cases", "6", "--seed", "5", "--json"], &d);
     assert_eq!(a.stdout, b.stdout);
     let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    closed_and_typed("check", "check --json", &v);
     assert_eq!(v["format"], "kvsim-check/1");
     assert_eq!(v["scenarios"].as_array().unwrap().len(), 7);
     assert!(v["failures"].as_array().unwrap().is_empty());
@@ -69,6 +73,7 @@ fn shards_pass_alone_and_merge_into_the_unsharded_report() {
         );
         let f = d.join(format!("shard{k}.json"));
         std::fs::write(&f, &out.stdout).unwrap();
+        assert_valid_file("check", &f);
         files.push(f.display().to_string());
     }
     let mut args = vec!["check", "merge", "--json"];
@@ -76,6 +81,11 @@ fn shards_pass_alone_and_merge_into_the_unsharded_report() {
     let merged = kvsim(&args, &d);
     assert_eq!(merged.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&merged.stderr).contains("goal(s) missed"));
+    assert_valid(
+        "check",
+        "check merge --json",
+        &serde_json::from_slice(&merged.stdout).unwrap(),
+    );
     assert_eq!(
         String::from_utf8_lossy(&merged.stdout),
         String::from_utf8_lossy(&whole.stdout),
@@ -126,11 +136,13 @@ fn a_mutant_hunt_prints_a_replay_command_that_reproduces_the_failure() {
         assert_eq!(a.status.code(), Some(0), "{}", String::from_utf8_lossy(&a.stderr));
         assert_eq!(a.stdout, b.stdout, "{mutant}: --json is not deterministic");
         let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+        closed_and_typed("mutants", "check --mutant --json", &v);
         let row = &v["mutants"][0];
         assert_eq!(row["killed"], true);
         let cmd = row["replay"].as_str().unwrap();
         assert_eq!(cmd.contains("--mutant"), engine, "{cmd}");
         let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        assert_valid_file("plan", &d.join(args[1]));
         let out = kvsim(&args, &d);
         assert_eq!(out.status.code(), Some(1), "{cmd}");
         let text = String::from_utf8_lossy(&out.stdout);

@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::schema::assert_valid_file;
+
 fn kvsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvsim"))
         .args(args)
@@ -98,12 +101,14 @@ fn replay_exit_codes_and_outputs() {
     let r = kvsim(&["replay", good.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stdout));
     let first = std::fs::read(&out).unwrap();
+    assert_valid_file("replay", &out);
     kvsim(&["replay", good.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), first, "same plan, same bytes");
     let bad = data("plans/shadow_one_group.json");
     let r = kvsim(&["replay", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&r.stdout).contains("PL-SHADOW-ATOMIC"));
+    assert_valid_file("replay", &out);
     // Malformed: an unknown field, with its JSON path; nothing is written.
     let text = std::fs::read_to_string(&good)
         .unwrap()
@@ -124,6 +129,46 @@ fn schema_plan_prints_a_json_schema() {
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["title"], "Plan");
     assert!(v["definitions"]["PlanOp"].is_object());
+}
+
+#[test]
+fn schema_list_names_every_format_and_each_prints_its_schema() {
+    let r = kvsim(&["schema", "--list"]);
+    assert_eq!(r.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&r.stdout).into_owned();
+    let names: Vec<&str> = text.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "plan",
+            "artifact",
+            "scenario",
+            "replay",
+            "replay-gpu",
+            "predict",
+            "profile",
+            "compare",
+            "check",
+            "mutants",
+            "kvtrace"
+        ]
+    );
+    assert!(text.lines().all(|l| l.split_whitespace().count() > 3), "{text}");
+    for name in names {
+        let r = kvsim(&["schema", name]);
+        assert_eq!(r.status.code(), Some(0), "{name}");
+        let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#", "{name}");
+        assert_eq!(v["additionalProperties"], false, "{name}: the top level is closed");
+    }
+    let r = kvsim(&["schema", "nope"]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("unknown format \"nope\"; formats: plan, artifact,"),
+        "{err}"
+    );
+    assert_eq!(kvsim(&["schema"]).status.code(), Some(2));
 }
 
 #[test]
@@ -235,6 +280,13 @@ fn a_sweep_plan_replays_to_the_same_artifact_bytes() {
         &p("again.json"),
     ]);
     assert_eq!(r.status.code(), Some(0));
+    for (format, file) in [
+        ("artifact", "art.json"),
+        ("plan", "plan.json"),
+        ("replay", "result.json"),
+    ] {
+        assert_valid_file(format, &dir.join(file));
+    }
     assert_eq!(
         std::fs::read(p("art.json")).unwrap(),
         std::fs::read(p("again.json")).unwrap()
@@ -258,6 +310,7 @@ fn a_sweep_with_a_short_timeout_writes_a_partial_artifact() {
     ]);
     assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(String::from_utf8_lossy(&r.stdout).contains("stop_reason timeout"));
+    assert_valid_file("artifact", &out);
     let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(a["status"], "partial");
     assert_eq!(a["stop_reason"], "timeout");
@@ -282,9 +335,30 @@ fn random_kda_puts_the_hybrid_model_on_chains() {
     let o = out.to_str().unwrap();
     let r = kvsim(&["sweep", "--scenario", "glm53-flash", "--random-kda", "--out", o]);
     assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_valid_file("artifact", &out);
     let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(a["kvwarm"]["initialization_strategy"], "shared_prefix_chain");
     assert_eq!(a["recurrent_state"]["initialization"], "random");
     let r = kvsim(&["sweep", "--scenario", "llama31-8b", "--random-kda", "--out", o]);
     assert_eq!(r.status.code(), Some(2));
+}
+
+#[test]
+fn gen_traces_writes_valid_kvtraces() {
+    let dir = std::env::temp_dir().join(format!("kvsim-gen-{}", std::process::id()));
+    let r = kvsim(&[
+        "gen-traces",
+        "--seed",
+        "3",
+        "--count",
+        "12",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 12, "{files:?}");
+    for f in files {
+        assert_valid_file("kvtrace", &f);
+    }
 }

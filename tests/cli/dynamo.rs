@@ -82,6 +82,7 @@ fn passes(name: &str, extra: &[&str]) -> Run {
     assert_eq!(report["planner"]["vllm"], "0.31.0");
     // `kvsim replay` of the written plan agrees (the plan is self-contained).
     let plan = run.dir.join("plan.json");
+    common::schema::assert_valid_file("plan", &plan);
     let replay = kvsim(&["replay", plan.to_str().unwrap()], &[]);
     assert_eq!(
         replay.status.code(),

@@ -119,6 +119,16 @@ fn a_hung_case_is_reported_and_the_run_still_ends() {
     let f = &r["findings"][0];
     assert_eq!(f["key"], "DY-HUNG", "{r}");
     assert_eq!(f["cases"], 2);
+    // The finding's scenario file, as the swarm wrote it, is a valid scenario file.
+    let written: Vec<_> = std::fs::read_dir(&plans)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".scenario.json"))
+        .collect();
+    assert!(!written.is_empty(), "no scenario file in {plans}");
+    for p in written {
+        common::schema::assert_valid_file("scenario", &p);
+    }
     assert!(f["minimal"]["command"].as_str().unwrap().contains("--planner-source"));
 }
 

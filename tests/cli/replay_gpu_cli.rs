@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn gpu_replay_needs_a_device_or_verifies() {
     let plan = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/plans/shadow_decode.json");
@@ -25,6 +27,7 @@ fn gpu_replay_needs_a_device_or_verifies() {
         false => {
             assert_eq!(out.status.code(), Some(0), "{stderr}");
             let result: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+            common::schema::assert_valid("replay-gpu", "replay --backend gpu --out", &result);
             assert_eq!(result["backend"], "gpu");
             assert_eq!(result["verification"]["passed"], true);
             assert!(result["device"]["name"].is_string());

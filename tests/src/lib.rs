@@ -1,5 +1,7 @@
 //! Shared helpers for kvsim integration tests: small hand-made plans.
 
+pub mod schema;
+
 use serde_json::{json, Value};
 
 /// A tiny scenario: full attention (+ optional sliding window) with block size 4.

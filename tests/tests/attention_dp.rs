@@ -13,6 +13,7 @@ use kvsim_core::fpm::scenarios::{find_scenario, BuiltinScenario};
 use kvsim_core::fpm::sweep::{shadow_tail_blocks, SweepOptions};
 use kvsim_core::plan::{FaultSpec, PlanOp};
 use kvsim_sim::sweep::{run_sweep_with, SweepRun};
+use kvsim_tests::schema::assert_valid_ser;
 
 fn sweep(s: &BuiltinScenario, strategy: Strategy, faults: Vec<FaultSpec>) -> SweepRun {
     let opts = SweepOptions {
@@ -23,6 +24,10 @@ fn sweep(s: &BuiltinScenario, strategy: Strategy, faults: Vec<FaultSpec>) -> Swe
     assert!(run.report.passed(), "{}: {:?}", s.name, run.report.outcome);
     assert_eq!(run.artifacts.len(), 2);
     assert_same_group_view(&run.artifacts[0], &run.artifacts[1]);
+    for (rank, a) in run.artifacts.iter().enumerate() {
+        assert_valid_ser("artifact", &format!("{} rank {rank}", s.name), a);
+    }
+    assert_valid_ser("plan", &s.name, &run.plan);
     run
 }
 

@@ -14,6 +14,7 @@ use kvsim_sim::check::run::{run_case, Verdict};
 use kvsim_sim::check::shrink::{op_count, shrink};
 use kvsim_sim::check::suite::{check, hunt, CheckConfig};
 use kvsim_sim::exec::{run_plan_opts, Outcome, RunOptions};
+use kvsim_tests::schema::assert_valid;
 use proptest::prelude::*;
 
 fn config(cases: u64, seed: u64, shard: (u64, u64)) -> CheckConfig {
@@ -30,6 +31,7 @@ fn config(cases: u64, seed: u64, shard: (u64, u64)) -> CheckConfig {
 #[test]
 fn the_suites_pass_on_every_builtin_scenario_and_reach_every_goal() {
     let r = check(&config(40, 0, (1, 1)), &mut |_, _| {});
+    assert_valid("check", "check --json", &serde_json::to_value(&r).unwrap());
     assert!(r.failures.is_empty(), "{:#?}", r.failures);
     assert_eq!(r.scenarios.len(), 7);
     for s in &r.scenarios {
@@ -124,7 +126,9 @@ fn every_mutant_is_killed_by_its_invariant_and_its_shrunk_plan_replays() {
         let ops = row.shrunk_ops.unwrap();
         assert!(ops <= 20, "{m}: {ops} ops after shrinking");
         // Replayed as a user would: from JSON, with --mutant only for engine mutants.
-        let plan = load_plan(&serde_json::to_string(row.plan.as_ref().unwrap()).unwrap()).unwrap();
+        let written = serde_json::to_value(row.plan.as_ref().unwrap()).unwrap();
+        assert_valid("plan", &format!("{m}'s shrunk plan"), &written);
+        let plan = load_plan(&written.to_string()).unwrap();
         let r = run_plan_opts(&plan, RunOptions::quiet(m.in_engine().then_some(m)), &mut |_, _| {});
         assert!(matches!(&r.outcome, Outcome::Violation(f) if f.invariant.as_deref() == Some(inv)));
         if !m.in_engine() {

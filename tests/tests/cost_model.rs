@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use approx::assert_abs_diff_eq;
+
 use clap::Parser;
 use kvsim_cli::cli::{run, Cli, CliError};
 use kvsim_core::fpm::gate::Strategy;
@@ -18,6 +20,7 @@ use kvsim_sim::cost::{
 };
 use kvsim_sim::exec::plan_hash;
 use kvsim_sim::sweep::run_sweep;
+use kvsim_tests::schema::{assert_valid, assert_valid_file, closed_and_typed};
 use serde_json::{json, Value};
 
 fn tmp(name: &str) -> PathBuf {
@@ -150,7 +153,7 @@ fn nnls_recovers_known_coefficients_of_linear_data() {
     }
     let fit = nnls_normal(&g, &c);
     for (f, t) in fit.iter().zip(&truth) {
-        assert!((f - t).abs() < 1e-8, "{fit:?}");
+        assert_abs_diff_eq!(*f, *t, epsilon = 1e-8);
     }
 }
 
@@ -253,6 +256,8 @@ fn calibrate_predict_compare_round_trip_on_the_cli() {
         0
     );
     let prof: Value = serde_json::from_str(&std::fs::read_to_string(&prof_f).unwrap()).unwrap();
+    assert_valid("profile", "calibrate --out", &prof);
+    assert_valid_file("plan", &plan_f);
     assert_eq!(prof["name"], "rt");
     assert_eq!(prof["format"], "kvsim-profile/1");
     assert_eq!(
@@ -260,6 +265,7 @@ fn calibrate_predict_compare_round_trip_on_the_cli() {
         0
     );
     let sim: Value = serde_json::from_str(&std::fs::read_to_string(&sim_f).unwrap()).unwrap();
+    closed_and_typed("predict", "predict --out", &sim);
     assert_eq!(sim["profile"]["name"], "rt");
     assert_eq!(sim["profile"]["hash"].as_str().map(str::len), Some(16));
     assert_eq!(
@@ -278,6 +284,7 @@ fn calibrate_predict_compare_round_trip_on_the_cli() {
         0
     );
     let cmp: Value = serde_json::from_str(&std::fs::read_to_string(&cmp_f).unwrap()).unwrap();
+    closed_and_typed("compare", "compare --out", &cmp);
     assert!(
         cmp["mape_decode_points_pct"].as_f64().unwrap() < 1.0,
         "{}",
@@ -287,7 +294,16 @@ fn calibrate_predict_compare_round_trip_on_the_cli() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("across batch and context"));
     // With the uncalibrated defaults the same comparison fails a 1% bound: exit 1.
-    assert_eq!(kvsim(&["predict", &s(&plan_f), "--out", &s(&sim_f)]).unwrap(), 0);
+    assert_eq!(
+        kvsim(&["predict", &s(&plan_f), "--out", &s(&sim_f), "--describe"]).unwrap(),
+        0
+    );
+    let described: Value = serde_json::from_str(&std::fs::read_to_string(&sim_f).unwrap()).unwrap();
+    let (objects, _) = closed_and_typed("predict", "predict --describe", &described);
+    assert!(
+        described["cost"]["steps"][0]["ops"].is_array() && objects > 10,
+        "{objects}"
+    );
     assert_eq!(
         kvsim(&["compare", &s(&sim_f), &s(&gpu_f), "--max-mape", "1"]).unwrap(),
         1
@@ -325,14 +341,14 @@ fn compare_computes_mape_worst_points_and_the_first_divergence() {
     let g = read_gpu_results("g", &gpu.to_string()).unwrap();
     let c = compare_pair("s", &p, &g, 10.0);
     let m = mape_points(&c.points, |_| true).unwrap();
-    assert!((m - 5.0).abs() < 1e-9, "{m}");
+    assert_abs_diff_eq!(m, 5.0, epsilon = 1e-9);
     let w = worst(&c.points, 2);
     assert_eq!((w[0].point, w[1].point), (1, 2));
-    assert!((w[0].error_pct - 10.0).abs() < 1e-9);
+    assert_abs_diff_eq!(w[0].error_pct, 10.0, epsilon = 1e-9);
     let d = c.first_divergence.expect("a divergence");
     assert_eq!((d.index, d.step), (2, 2));
-    assert!((d.error_pct + 20.0).abs() < 1e-9);
-    assert!((c.mape_steps.unwrap() - 18.0).abs() < 1e-9);
+    assert_abs_diff_eq!(d.error_pct, -20.0, epsilon = 1e-9);
+    assert_abs_diff_eq!(c.mape_steps.unwrap(), 18.0, epsilon = 1e-9);
     // The same through the CLI, with its JSON report.
     let (pf, gf, out) = (tmp("c.sim.json"), tmp("c.gpu.json"), tmp("c.out.json"));
     write(&pf, &pred);
@@ -340,7 +356,8 @@ fn compare_computes_mape_worst_points_and_the_first_divergence() {
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
     assert_eq!(kvsim(&["compare", &s(&pf), &s(&gf), "--out", &s(&out)]).unwrap(), 0);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert!((v["mape_points_pct"].as_f64().unwrap() - 5.0).abs() < 1e-9);
+    assert_abs_diff_eq!(v["mape_points_pct"].as_f64().unwrap(), 5.0, epsilon = 1e-9);
+    assert_valid("compare", "compare --out", &v);
     assert_eq!(v["pairs"][0]["first_divergence"]["step"], 2);
     assert_eq!(kvsim(&["compare", &s(&pf), &s(&gf), "--max-mape", "4"]).unwrap(), 1);
     assert_eq!(
@@ -363,6 +380,7 @@ fn predictions_are_deterministic() {
         );
     }
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_valid_file("predict", &a);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use kvsim_core::invariants::InvariantId;
 use kvsim_core::kv::ModelMutant;
 use kvsim_core::kvtrace::{replay_value, ReplayEnd};
 use kvsim_sim::exhaustive::{explore, explore_jobs, replay_checked, Bounds, Event, Layout};
+use kvsim_tests::schema::assert_valid;
 use serde_json::Value;
 
 /// Distinct states the default bounds must visit (203,527 measured; spec/exhaustive.md §5).
@@ -104,6 +105,7 @@ fn every_model_mutant_is_found_by_the_invariant_it_breaks_with_a_shortest_sequen
             "{mutant}: BFS stops at the shortest"
         );
 
+        assert_valid("kvtrace", &format!("{mutant}'s counterexample"), &found.trace);
         // The kvtrace replays on the same mutant to the same violation, at its last op...
         let replayed = replay_checked(&found.trace, Some(mutant)).unwrap();
         let n = found.trace["ops"].as_array().unwrap().len();

@@ -8,6 +8,7 @@ use kvsim_core::fpm::scenarios::{find_scenario, BuiltinScenario};
 use kvsim_core::fpm::sweep::recurrent_shadow_range;
 use kvsim_core::plan::{GroupKindName, PlanOp};
 use kvsim_sim::sweep::{run_sweep, SweepRun};
+use kvsim_tests::schema::assert_valid_ser;
 
 fn glm_random_kda() -> BuiltinScenario {
     let mut s = find_scenario("glm53-flash").unwrap();
@@ -18,6 +19,10 @@ fn glm_random_kda() -> BuiltinScenario {
 fn sweep(s: &BuiltinScenario) -> SweepRun {
     let run = run_sweep(s, Some(Strategy::Chain)).unwrap_or_else(|e| panic!("{e}"));
     assert!(run.report.passed(), "{:?}", run.report.outcome);
+    for (rank, a) in run.artifacts.iter().enumerate() {
+        assert_valid_ser("artifact", &format!("{} rank {rank}", s.name), a);
+    }
+    assert_valid_ser("plan", &s.name, &run.plan);
     run
 }
 

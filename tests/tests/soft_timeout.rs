@@ -11,6 +11,7 @@ use kvsim_core::fpm::scenarios::{find_scenario, BuiltinScenario};
 use kvsim_core::fpm::sweep::SweepOptions;
 use kvsim_core::plan::{FaultSpec, PlanOp};
 use kvsim_sim::sweep::{run_sweep, run_sweep_with, SweepRun};
+use kvsim_tests::schema::assert_valid_ser;
 use serde_json::Value;
 
 /// Rows without the plan hash (which differs between the two plans).
@@ -35,6 +36,10 @@ fn timed(s: &BuiltinScenario, strategy: Strategy, seconds: f64) -> SweepRun {
     };
     let run = run_sweep_with(s, Some(strategy), &opts, &mut |_, _| {}).unwrap();
     assert!(run.report.passed(), "{name} @ {seconds}: {:?}", run.report.outcome);
+    for (rank, a) in run.artifacts.iter().enumerate() {
+        assert_valid_ser("artifact", &format!("{} rank {rank}", s.name), a);
+    }
+    assert_valid_ser("plan", &s.name, &run.plan);
     run
 }
 

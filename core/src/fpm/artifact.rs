@@ -13,27 +13,33 @@ use super::grid::{BenchmarkPoint, RetainedFpm};
 use super::sweep::{hex, BenchmarkMeta, CapacityFallback, ExecutionRecord};
 use crate::plan::{nominal_step_ns, Plan};
 
+use super::artifact_schema as shape;
+
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Kvwarm {
     pub enabled: bool,
     pub warm_eligible: Option<bool>,
     pub skip_reason: Option<String>,
     /// `native_exact_context`, `shared_prefix_chain`, or null (seed 000).
     pub initialization_strategy: Option<String>,
+    /// Always null: content is salted synthetic, no dataset is probed.
+    #[schemars(with = "()")]
     pub dataset: Option<Value>,
+    #[schemars(with = "Vec<shape::StageEntry>")]
     pub stages: Vec<Value>,
     pub points_real_kv: u64,
     pub points_fake_fallback: u64,
     pub points_gate_skipped: u64,
     pub giant_kv_threshold: u64,
     pub giant_kv_repeats: u64,
-    #[schemars(with = "Vec<Value>")]
     pub capacity_fallbacks: Vec<CapacityFallback>,
     /// kvsim addition: untimed warm-up prefill tokens (≈ Σ total_kv_read_tokens, seed 000).
     pub untimed_prefill_tokens: u64,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ScheduledRequests {
     pub num_prefill_requests: u64,
     pub sum_prefill_tokens: u64,
@@ -45,6 +51,7 @@ pub struct ScheduledRequests {
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Fpm {
     pub version: u32,
     pub worker_id: String,
@@ -52,22 +59,26 @@ pub struct Fpm {
     pub counter_id: u64,
     pub wall_time: f64,
     pub scheduled_requests: ScheduledRequests,
+    #[schemars(with = "shape::QueuedRequests")]
     pub queued_requests: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kvwarm_giant_median_of: Option<u64>,
     pub kvwarm_steady_sample: bool,
+    #[schemars(with = "shape::BenchmarkMeasurement")]
     pub benchmark_measurement: Value,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ResultRow {
-    #[schemars(with = "Value")]
     pub point: BenchmarkPoint,
     pub kv_seed_regime: String,
     pub fpms: Vec<Fpm>,
 }
 
+/// A rank artifact (spec/artifact.md); `kvsim schema artifact` prints its JSON Schema.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct RankArtifact {
     pub schema_version: u32,
     pub kvwarm: Kvwarm,
@@ -79,17 +90,28 @@ pub struct RankArtifact {
     pub timing_valid: bool,
     pub run_id: String,
     pub grid_digest: String,
+    #[schemars(with = "shape::Timing")]
     pub timing: Value,
+    #[schemars(with = "shape::Dp")]
     pub dp: Value,
+    #[schemars(with = "shape::Synchronization")]
     pub synchronization: Value,
+    #[schemars(with = "shape::Coverage")]
     pub coverage: Value,
+    #[schemars(with = "shape::Config")]
     pub config: Value,
+    #[schemars(with = "shape::Limits")]
     pub limits: Value,
+    #[schemars(with = "shape::RecurrentState")]
     pub recurrent_state: Value,
+    #[schemars(with = "shape::MeasurementPolicy")]
     pub measurement_policy: Value,
+    #[schemars(with = "shape::SyntheticPrompts")]
     pub synthetic_prompts: Value,
     pub results: Vec<ResultRow>,
+    #[schemars(with = "Vec<shape::IterationGroup>")]
     pub iteration_groups: Vec<Value>,
+    #[schemars(with = "Vec<shape::SkippedPoint>")]
     pub skipped_points: Vec<Value>,
     pub missing_phases: Vec<String>,
     pub error: Option<String>,

@@ -1,13 +1,14 @@
 //! The warm-up gate: which strategy a configuration qualifies for, and the skip
 //! reason when none (dynamo_fpm.md §5.1; seed 000 for the native layout check).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::scenarios::BuiltinScenario;
 use crate::plan::GroupKindName;
 
 /// How decode points get their KV.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Synthetic ("fake") KV only: the warm-up flag is off.

@@ -1,6 +1,7 @@
 //! FPM benchmark model: grid, scenarios, gate, capacity, planners, artifact.
 
 pub mod artifact;
+pub(crate) mod artifact_schema;
 pub mod audit;
 pub mod capacity;
 pub mod gate;

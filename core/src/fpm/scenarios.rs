@@ -2,13 +2,14 @@
 //! and the research name, sized so a sweep simulates in seconds (except the
 //! ~218k-block MiniMax-like pool, which is kept at its real size on purpose).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::grid::{BenchmarkMode, CudagraphShape, GridCapacity, GridConfig, SampleLimits, SchedulerShape};
 use crate::plan::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
 
 /// What the benchmark run adds to a scenario (dynamo_fpm.md §1.1, §5.1 inputs).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BenchSettings {
     pub mode: BenchmarkMode,
@@ -41,7 +42,8 @@ pub struct BenchSettings {
 }
 
 /// A scenario with its benchmark settings (built in, or loaded from a file).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A scenario file (`--scenario-file`; `kvsim schema scenario`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinScenario {
     pub name: String,

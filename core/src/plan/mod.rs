@@ -15,7 +15,7 @@ pub use recorded::{FailureKind, Observation, PlanSource, RecordedPoint};
 pub use scenario::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerConfig};
 pub use steps::{forward_tokens, BatchEntry, Expect, FaultSpec, Plan, PlanOp, ShadowGroup, Step, TailMode};
 pub use tokens::{salted_at, Tokens};
-pub use validate::{load_plan, validate, PlanError};
+pub use validate::{json_path, load_plan, validate, PlanError};
 
 /// The plan format tag; bumped on any incompatible change.
 pub const PLAN_FORMAT: &str = "kvsim-plan/1";

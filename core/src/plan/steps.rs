@@ -18,6 +18,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// What the benchmark planner recorded about its points (regimes, timed steps,
     /// prompt evidence); the artifact is rebuilt from it on replay.
+    // JSON here (the plan layer knows no planner types): the sweep planner's `BenchmarkMeta`,
+    // which `fpm::sweep::load_plan_checked` reads strictly and the plan schema describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub benchmark: Option<serde_json::Value>,
     /// Where a recorded plan came from (the real Dynamo planner; spec/plan.md §7).

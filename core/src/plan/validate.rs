@@ -37,7 +37,7 @@ pub fn load_plan(text: &str) -> Result<Plan, PlanError> {
     let plan: Plan = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         PlanError::Malformed {
-            path: if path == "." { "$".into() } else { format!("$.{path}") },
+            path: json_path("$", &path),
             message: e.into_inner().to_string(),
         }
     })?;
@@ -45,7 +45,24 @@ pub fn load_plan(text: &str) -> Result<Plan, PlanError> {
     Ok(plan)
 }
 
+/// `base` extended by a serde_path_to_error path (`.` is the value itself), so that an error at
+/// the top level reads `$`, not `$..`.
+pub fn json_path(base: &str, path: &str) -> String {
+    if path == "." {
+        base.to_string()
+    } else {
+        format!("{base}.{path}")
+    }
+}
+
 fn validate_scenario(s: &Scenario) -> Result<(), PlanError> {
+    if s.pool_blocks < 2 {
+        // Checked here, not by the KV config, which calls it `num_blocks`.
+        return Err(bad(
+            "$.scenario.pool_blocks",
+            format!("must be >= 2 (block 0 is the null block), got {}", s.pool_blocks),
+        ));
+    }
     if s.dp_ranks == 0 {
         return Err(bad("$.scenario.dp_ranks", "must be >= 1"));
     }

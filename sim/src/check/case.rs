@@ -7,6 +7,7 @@
 //! scenario, strategy and sweep options the planner gets.
 
 use rand::Rng;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use kvsim_core::fpm::capacity::LayoutNeed;
@@ -18,7 +19,8 @@ use kvsim_core::plan::{FaultSpec, GroupKindName};
 
 /// The knobs of one case. Percentages place faults relative to the length of
 /// the case's fault-free plan (steps) or its nominal duration (timeout).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CaseSpec {
     /// The planner's strategy; `None` leaves it to the gate (`auto`).
     pub strategy: Option<Strategy>,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use kvsim_core::bugs::Mutant;
@@ -16,8 +17,8 @@ use super::case::{build_faults, build_scenario, CaseSpec};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
 
 /// What one case showed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "result", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Verdict {
     /// The draw gives no valid scenario, or the strategy does not apply to it.
     NotApplicable {

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use kvsim_core::bugs::Mutant;
@@ -61,7 +62,8 @@ impl CheckConfig {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ScenarioRow {
     pub scenario: String,
     pub cases: u64,
@@ -95,7 +97,8 @@ impl ScenarioRow {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Failure {
     pub case: u64,
     pub scenario: String,
@@ -110,7 +113,9 @@ pub struct Failure {
 
 pub const CHECK_FORMAT: &str = "kvsim-check/1";
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// `kvsim check --json` (`kvsim schema check`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CheckReport {
     pub format: String,
     pub seed: u64,
@@ -132,7 +137,8 @@ pub struct CheckReport {
 
 /// The bounded exhaustive passes over a tiny pool (spec/exhaustive.md): the default bounds
 /// (one full-attention group), then the hybrid bounds (full attention and two windows).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExhaustiveSummary {
     pub states: u64,
     pub sequences: String,
@@ -142,7 +148,8 @@ pub struct ExhaustiveSummary {
 }
 
 /// The exhaustive pass over `Bounds::hybrid()`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HybridSummary {
     pub states: u64,
     pub sequences: String,
@@ -338,7 +345,8 @@ pub fn check_with(
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct MutantRow {
     pub mutant: String,
     pub bug: Option<u32>,

@@ -1,11 +1,13 @@
 //! Predicted vs measured: per benchmark point (timed window) and per step.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::results::{GpuResults, Prediction};
 
 /// One point, predicted and measured.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct PointCmp {
     /// Which pair of files it came from (the scenario name, or the file index).
     pub label: String,
@@ -26,7 +28,8 @@ pub struct PointCmp {
 }
 
 /// The first step (in program order) whose prediction misses by more than the tolerance.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Divergence {
     pub label: String,
     /// Program step index and plan step.
@@ -38,7 +41,8 @@ pub struct Divergence {
 }
 
 /// One (prediction, measurement) pair compared.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct PairCmp {
     pub label: String,
     pub points: Vec<PointCmp>,

@@ -17,6 +17,7 @@ use kvsim_core::device::lower::{aligned_lo, choose_split, AttnKernel};
 use kvsim_core::device::program::{GpuOp, MoeOp};
 use kvsim_core::device::LoweredPlan;
 use kvsim_core::plan::{Plan, PlanOp};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::routing::Routing;
@@ -29,7 +30,7 @@ pub const DESC_VERSION: u32 = 4;
 pub const L2_BYTES: f64 = 40.0 * 1024.0 * 1024.0;
 
 /// Decode kernel families (each has its own rates in the profile).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     Mma,
@@ -39,7 +40,7 @@ pub enum Family {
 }
 
 /// One decode kernel launch (one attention group of a decode op).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttnDesc {
     /// The kernel module (`attn_mma_d128_h4`, ...).
@@ -70,7 +71,7 @@ impl AttnDesc {
 }
 
 /// One op of a step, as the cost model sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OpDesc {
     /// One `write_kv` launch: `rows` CTAs (tokens x layers), `elems` K/V elements written;
@@ -160,7 +161,7 @@ impl OpDesc {
 }
 
 /// One step of a lowered program.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepDesc {
     /// The plan step.

@@ -16,6 +16,7 @@ pub mod desc;
 pub mod fit;
 pub mod model;
 pub mod profile;
+pub mod provenance;
 pub mod results;
 pub mod routing;
 pub mod svg;

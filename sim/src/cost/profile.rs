@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use kvsim_core::plan::json_path;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The profile format tag.
@@ -15,7 +17,7 @@ pub const PROFILE_FORMAT: &str = "kvsim-profile/1";
 macro_rules! params {
     ($( $(#[doc = $doc:literal])* $name:ident = $default:expr ),+ $(,)?) => {
         /// The model's parameters (nanoseconds per unit; the unit is in each name's doc).
-        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct Params {
             $( $(#[doc = $doc])* pub $name: f64, )+
@@ -126,7 +128,8 @@ params! {
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `kvsim-profile/1` (`kvsim schema profile`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Always "kvsim-profile/1".
@@ -143,6 +146,7 @@ pub struct Profile {
     pub params: Params,
     /// Where a calibrated profile came from (not part of its hash).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::cost::provenance::Provenance>")]
     pub provenance: Option<serde_json::Value>,
 }
 
@@ -243,7 +247,7 @@ impl Profile {
 /// parameter whose value such a file meant for it: before MLA had its own rates, its decodes were
 /// priced as the tensor-core K/V kernel and its latent writes as K/V writes. A file without them
 /// predicts as it did.
-const ADDED_PARAMS: &[(&str, &str)] = &[
+pub const ADDED_PARAMS: &[(&str, &str)] = &[
     ("attn_latent_mma_byte_ns", "attn_mma_byte_ns"),
     ("attn_latent_mma_iter_ns", "attn_mma_iter_ns"),
     ("write_latent_elem_ns", "write_elem_ns"),
@@ -272,8 +276,8 @@ pub fn load_profile(arg: &str) -> Result<Profile, String> {
     let text = std::fs::read_to_string(arg).map_err(|e| format!("cannot read profile {arg}: {e}"))?;
     let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{arg}: {e}"))?;
     fill_added_params(&mut value);
-    let p: Profile =
-        serde_path_to_error::deserialize(value).map_err(|e| format!("{arg}: at $.{}: {}", e.path(), e.inner()))?;
+    let p: Profile = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{arg}: at {}: {}", json_path("$", &e.path().to_string()), e.inner()))?;
     let problems = p.problems();
     if !problems.is_empty() {
         return Err(format!("{arg}: {}", problems.join("; ")));

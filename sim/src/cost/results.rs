@@ -9,7 +9,7 @@ use serde::Deserialize;
 use kvsim_core::device::layout::DeviceLayout;
 use kvsim_core::device::program::MoeOp;
 use kvsim_core::device::{MoeInput, SyntheticKv};
-use kvsim_core::plan::Plan;
+use kvsim_core::plan::{json_path, Plan};
 
 use super::desc::{describe, DescSource, OpDesc, StepDesc, DESC_VERSION};
 use super::fit::{Measured, Sample};
@@ -115,15 +115,41 @@ pub struct Prediction {
     pub points: Vec<PredictedPoint>,
 }
 
+/// What a file is when it is a kvsim output other than `wanted` (`gpu` or `predict`): said
+/// before the strict parse, whose first type error would not say it.
+fn other_format(text: &str, wanted: &str) -> Option<&'static str> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let backend = v.get("backend").and_then(|b| b.as_str());
+    let what = match (v.get("format").and_then(|f| f.as_str())?, backend) {
+        ("kvsim-replay/1", Some("sim")) => "a simulator result (`kvsim replay` without `--backend gpu`)",
+        ("kvsim-replay/1", Some("gpu")) => "a GPU result",
+        (PREDICT_FORMAT, _) => "a prediction (`kvsim predict`)",
+        ("kvsim-plan/1", _) => "a plan",
+        ("kvsim-profile/1", _) => "a profile",
+        _ => return None,
+    };
+    let is_wanted = match wanted {
+        "gpu" => what == "a GPU result",
+        _ => what.starts_with("a prediction"),
+    };
+    (!is_wanted).then_some(what)
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(name: &str, text: &str) -> Result<T, String> {
     let de = &mut serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| format!("{name}: at $.{}: {}", e.path(), e.inner()))
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| format!("{name}: at {}: {}", json_path("$", &e.path().to_string()), e.inner()))
 }
 
 /// Reads GPU results; `name` labels errors. Results whose description is of another version
 /// are refused unless `plans` holds their plan, which then describes them anew
 /// ([`GpuResults::redescribe`]).
 pub fn read_gpu_results_with(name: &str, text: &str, plans: &[(String, Plan)]) -> Result<GpuResults, String> {
+    if let Some(what) = other_format(text, "gpu") {
+        return Err(format!(
+            "{name}: this is {what}; a GPU result is needed (`kvsim replay PLAN --backend gpu --out FILE`)"
+        ));
+    }
     let mut r: GpuResults = parse(name, text)?;
     if r.format != "kvsim-replay/1" || r.backend != "gpu" {
         return Err(format!(
@@ -191,6 +217,11 @@ pub fn read_gpu_results(name: &str, text: &str) -> Result<GpuResults, String> {
 
 /// Reads a prediction.
 pub fn read_prediction(name: &str, text: &str) -> Result<Prediction, String> {
+    if let Some(what) = other_format(text, "predict") {
+        return Err(format!(
+            "{name}: this is {what}; a prediction is needed (`kvsim predict PLAN --out FILE`)"
+        ));
+    }
     let p: Prediction = parse(name, text)?;
     if p.format != PREDICT_FORMAT {
         return Err(format!("{name}: format {:?}, expected {PREDICT_FORMAT}", p.format));

@@ -12,7 +12,7 @@ use kvsim_core::device::content::{content_hash, fmix32, PLANE_MOE};
 use serde::{Deserialize, Serialize};
 
 /// How a MoE op's (token, expert) pairs spread over the experts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Routing {
     /// Tokens x top-k.

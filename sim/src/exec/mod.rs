@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 pub use perfetto::perfetto_json;
 
-pub use report::{Finding, Outcome, RunReport, TraceEvent};
+pub use report::{Finding, Outcome, RunReport, SimResult, TraceEvent};
 
 /// Model-changing ops between two full scans of the model in incremental mode
 /// (checkpoints; the run's end is one too).

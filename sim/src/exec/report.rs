@@ -3,11 +3,14 @@
 use std::collections::BTreeMap;
 
 use kvsim_core::engine::Engine;
+use kvsim_core::plan::PlanOp;
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 /// Where and what: a violation or a plan/model mismatch.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invariant: Option<String>,
@@ -15,9 +18,13 @@ pub struct Finding {
     pub rank: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op_index: Option<usize>,
+    /// The op as the plan has it; null when the finding is not at an op (a step's end, the
+    /// benchmark record).
+    #[schemars(with = "Option<PlanOp>")]
     pub op: Value,
     pub detail: String,
-    #[serde(skip_serializing_if = "Value::is_null")]
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[schemars(with = "StateExcerpt")]
     pub state: Value,
 }
 
@@ -41,10 +48,19 @@ impl Finding {
         self.state = state;
         self
     }
+    /// Where, for a person: `step 3 rank 0 op 5`, or `step 3 rank 0 (not at one op)` for a
+    /// finding about a whole step or the benchmark record.
+    pub fn location(&self) -> String {
+        match self.op_index {
+            Some(i) => format!("step {} rank {} op {i}", self.step, self.rank),
+            None => format!("step {} rank {} (not at one op)", self.step, self.rank),
+        }
+    }
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, JsonSchema)]
 #[serde(tag = "result", rename_all = "snake_case")]
+#[schemars(deny_unknown_fields)]
 pub enum Outcome {
     Passed,
     Violation(Finding),
@@ -124,18 +140,19 @@ impl RunReport {
         self.outcome == Outcome::Passed
     }
 
-    /// The result file of `kvsim replay --backend sim`.
+    /// The result file of `kvsim replay --backend sim` (keys sorted, as a `Value`).
     pub fn to_json(&self) -> Value {
-        json!({
-            "format": "kvsim-replay/1",
-            "backend": "sim",
-            "plan_hash": self.plan_hash,
-            "outcome": self.outcome,
-            "steps": self.steps,
-            "ops": self.ops,
-            "sim_time_ns": self.sim_time_ns,
-            "time_model": "nominal (1 ms + 20 ns/token per step) until the cost model lands",
+        serde_json::to_value(SimResult {
+            format: "kvsim-replay/1".into(),
+            backend: "sim".into(),
+            plan_hash: self.plan_hash.clone(),
+            outcome: self.outcome.clone(),
+            steps: self.steps,
+            ops: self.ops,
+            sim_time_ns: self.sim_time_ns,
+            time_model: "nominal (1 ms + 20 ns/token per step) until the cost model lands".into(),
         })
+        .expect("results serialize")
     }
 
     /// The JSON-lines op trace (deterministic bytes).
@@ -147,6 +164,47 @@ impl RunReport {
         }
         s
     }
+}
+
+/// `kvsim replay --out` on the simulator (`kvsim schema replay`).
+#[derive(Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SimResult {
+    /// `kvsim-replay/1`.
+    pub format: String,
+    /// `sim`.
+    pub backend: String,
+    pub plan_hash: String,
+    pub outcome: Outcome,
+    pub steps: u64,
+    pub ops: u64,
+    pub sim_time_ns: u64,
+    pub time_model: String,
+}
+
+/// The shape of [`state_excerpt`] (schema only).
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct StateExcerpt {
+    free_blocks: u64,
+    cached_keys: u64,
+    fenced_frees_pending: u64,
+    cow_retained: Vec<u32>,
+    timed_point: Option<u64>,
+    /// The first 16 live requests.
+    live_requests: Vec<LiveRequest>,
+}
+
+#[allow(dead_code)]
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct LiveRequest {
+    req: String,
+    computed: u64,
+    tokens: u64,
+    /// Block ids per group.
+    tables: Vec<Vec<u32>>,
 }
 
 /// The part of an engine's state a violation report shows.

@@ -3,6 +3,11 @@
 #![allow(dead_code)] // each suite uses a different subset
 
 use std::path::{Path, PathBuf};
+
+/// The schema validation helpers of the kvsim-tests crate, shared as source (that crate depends
+/// on this one, so this one cannot depend on it).
+#[path = "../../src/schema.rs"]
+pub mod schema;
 use std::process::{Command, Output};
 
 /// Run kvsim with `args` and extra environment variables.

@@ -69,6 +69,7 @@ pub struct BenchmarkPoint {
     pub sample_reasons: Vec<SampleReason>,
     /// Manifest-only imbalanced split (`{axis, high_count, fraction}`); never set by the
     /// generated grid. Kept as raw JSON because the manifest schema was not verified (§0).
+    #[schemars(with = "Option<crate::fpm::artifact_schema::Partition>")]
     pub partition: Option<serde_json::Value>,
     /// Manifest-only explicit per-request `[new_tokens, kv_read_tokens]`.
     pub rows: Option<Vec<[u64; 2]>>,

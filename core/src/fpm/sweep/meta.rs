@@ -1,13 +1,16 @@
 //! What the planner records about each measured execution, inside the plan, so
 //! the artifact can be rebuilt from the plan alone (replay ⇒ same bytes).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::fpm::grid::{BenchmarkPoint, SampleReason};
 use crate::invariants::record::{RegimeRow, RegimeStamp};
+use crate::plan::{json_path, load_plan, Plan, PlanError};
 
 /// One prompt's evidence: token ids as little-endian u32, SHA-256 (dynamo_fpm.md §6.6).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PromptEvidence {
     pub slot: u64,
     pub num_tokens: u64,
@@ -15,7 +18,8 @@ pub struct PromptEvidence {
 }
 
 /// A `kvwarm.capacity_fallbacks` entry (seed 000: per execution, with benchmark_id).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CapacityFallback {
     pub benchmark_id: Option<u64>,
     pub batch: u64,
@@ -26,7 +30,8 @@ pub struct CapacityFallback {
 }
 
 /// One decode execution on one rank.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecutionRecord {
     pub rank: u32,
     pub point: BenchmarkPoint,
@@ -62,7 +67,8 @@ impl ExecutionRecord {
 }
 
 /// A `kvwarm.stages[]` entry (§5.3).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StageRecord {
     pub rank: u32,
     pub benchmark_id: u64,
@@ -78,14 +84,30 @@ pub struct StageRecord {
 }
 
 /// A `skipped_points[]` entry (§5.4).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SkippedPoint {
     pub benchmark_id: u64,
     pub reason: String,
 }
 
+/// [`load_plan`], with the plan's benchmark record (`Plan::benchmark`, JSON in the plan layer)
+/// read as strictly as the rest: kvsim's commands load plans this way, so what they accept is
+/// what `kvsim schema plan` describes.
+pub fn load_plan_checked(text: &str) -> Result<Plan, PlanError> {
+    let plan = load_plan(text)?;
+    if let Some(b) = &plan.benchmark {
+        serde_path_to_error::deserialize::<_, BenchmarkMeta>(b).map_err(|e| PlanError::Malformed {
+            path: json_path("$.benchmark", &e.path().to_string()),
+            message: e.into_inner().to_string(),
+        })?;
+    }
+    Ok(plan)
+}
+
 /// The planner's record, stored in `Plan::benchmark`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct BenchmarkMeta {
     pub scenario: String,
     pub requested_strategy: String,
@@ -102,6 +124,8 @@ pub struct BenchmarkMeta {
     pub stages: Vec<StageRecord>,
     pub capacity_fallbacks: Vec<CapacityFallback>,
     pub untimed_prefill_tokens: u64,
+    /// The artifact's `config` as written (keys sorted).
+    #[schemars(with = "crate::fpm::artifact_schema::Config")]
     pub config: serde_json::Value,
     /// `"timeout"` when the soft deadline stopped the sweep (§1.12).
     #[serde(default, skip_serializing_if = "Option::is_none")]

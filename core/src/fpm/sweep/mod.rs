@@ -9,7 +9,9 @@ mod ops;
 mod timeout;
 
 pub use chain::{recurrent_shadow_range, shadow_registration, shadow_registration_with, shadow_tail_blocks};
-pub use meta::{BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, SkippedPoint, StageRecord};
+pub use meta::{
+    load_plan_checked, BenchmarkMeta, CapacityFallback, ExecutionRecord, PromptEvidence, SkippedPoint, StageRecord,
+};
 
 use sha2::{Digest, Sha256};
 

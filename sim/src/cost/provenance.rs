@@ -1,0 +1,56 @@
+//! The JSON Schema of a calibrated profile's `provenance`, which `kvsim calibrate` builds with
+//! `json!` (src/cli/calibrate_cmd.rs): what it was fitted on and how well. Schema only.
+
+#![allow(dead_code)] // never built, only described
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Provenance {
+    /// The GPU results fitted, in the order given.
+    fitted_on: Vec<FittedOn>,
+    /// The parameters the fit moved (`--fit`, else all); absent in profiles calibrated before
+    /// `--fit` existed.
+    fitted_params: Option<Vec<String>>,
+    iterations: u64,
+    /// MAPE per row kind (`all`, `ops`, `steps`, `windows`) before and after the fit.
+    mape_after_pct: BTreeMap<String, f64>,
+    mape_before_pct: BTreeMap<String, f64>,
+    per_file: Vec<PerFile>,
+    prior: f64,
+    /// Measurements fitted.
+    rows: u64,
+    /// The start profile (`--start`).
+    start: String,
+    /// The start profile's own provenance, when it had one.
+    #[serde(default)]
+    start_provenance: Option<Box<Provenance>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct FittedOn {
+    file: String,
+    plan_hash: String,
+    run: FittedRun,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct FittedRun {
+    moe_input: String,
+    synthetic_kv: String,
+    time_ops: bool,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct PerFile {
+    file: String,
+    mape_ops_pct: Option<f64>,
+    mape_steps_pct: Option<f64>,
+    mape_windows_pct: Option<f64>,
+}

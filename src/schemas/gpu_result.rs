@@ -1,0 +1,193 @@
+//! `kvsim-replay/1` with backend `gpu` (`kvsim replay PLAN --backend gpu --out FILE`), as
+//! `src/cli/replay_gpu.rs` builds it with `json!`. Schema only; `tests/data/gpu/` holds a result
+//! an H200 wrote, validated against it.
+
+#![allow(dead_code)] // never built, only described
+
+use std::collections::BTreeMap;
+
+use kvsim_sim::cost::desc::StepDesc;
+use kvsim_sim::exec::Outcome;
+use schemars::JsonSchema;
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct GpuResult {
+    /// `kvsim-replay/1`.
+    format: String,
+    /// `gpu`.
+    backend: String,
+    plan_hash: String,
+    outcome: GpuOutcome,
+    device: Device,
+    verification: Verification,
+    simulator: Simulator,
+    gpu_first_violation_step: Option<u64>,
+    steps: Vec<Step>,
+    points: Vec<Point>,
+    bandwidth: Bandwidth,
+    layout: Vec<LayoutGroup>,
+    /// What the lowering could not model exactly.
+    notes: Vec<String>,
+    run: Run,
+    cost: Cost,
+}
+
+#[derive(JsonSchema)]
+#[serde(tag = "result", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GpuOutcome {
+    Passed,
+    Mismatch {
+        step: u64,
+        rank: u32,
+        op_index: u64,
+        detail: String,
+    },
+    Violation {
+        first: Violation,
+    },
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Violation {
+    step: Option<u64>,
+    rank: u32,
+    op_index: Option<u64>,
+    req: String,
+    group: u32,
+    block: Option<u32>,
+    position: Option<u64>,
+    device_step: u64,
+    device_op: u64,
+    detail: String,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Device {
+    name: String,
+    compute_capability: String,
+    sm_count: u32,
+    l2_bytes: u64,
+    memory_bytes: u64,
+    driver_version: Option<String>,
+    driver_cuda_version: String,
+    nvrtc_version: String,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Verification {
+    passed: bool,
+    rows_verified: u64,
+    violations: Vec<Violation>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Simulator {
+    outcome: Outcome,
+    first_finding_step: Option<u64>,
+    first_finding_invariant: Option<String>,
+    violations_seen_while_lowering: Vec<LoweringViolation>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LoweringViolation {
+    step: u64,
+    rank: u32,
+    op_index: u64,
+    invariant: String,
+    detail: String,
+}
+
+/// One step: median device time, its range over the runs, decode K/V bytes and rate.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Step {
+    step: Option<u64>,
+    device_us: f64,
+    /// [lowest, highest] over the timed runs.
+    device_us_range: [f64; 2],
+    host_us: f64,
+    decode_kv_bytes: u64,
+    kv_gbps: Option<f64>,
+    /// With `--time-ops`: each launching op's time.
+    ops: Option<Vec<OpTime>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct OpTime {
+    op: u64,
+    kind: String,
+    device_us: f64,
+}
+
+/// One measurement window.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Point {
+    point: u64,
+    step_begin: Option<u64>,
+    step_end: Option<u64>,
+    device_us: f64,
+    device_us_runs: Vec<f64>,
+    host_us: f64,
+    wall_us: Option<f64>,
+    decode_kv_bytes: u64,
+    kv_gbps: Option<f64>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Bandwidth {
+    decode_only_steps: u64,
+    decode_kv_bytes: u64,
+    decode_steps_device_us: f64,
+    achieved_gbps: Option<f64>,
+    copy_gbps: f64,
+    percent_of_copy: Option<f64>,
+    note: String,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LayoutGroup {
+    rank: u32,
+    group: u32,
+    kind: String,
+    block_size: u64,
+    layers: u32,
+    kv_heads: u32,
+    q_heads: u32,
+    head_dim: u32,
+    blocks: u64,
+    pool_bytes: u64,
+    kernel: String,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Run {
+    synthetic_kv: String,
+    moe_input: String,
+    time_ops: bool,
+    sync_windows: bool,
+    warmup: u32,
+    repeat: u32,
+    spin_wait: bool,
+    warm_up_ms: u32,
+}
+
+/// The cost model's description of the program, for `kvsim calibrate`.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Cost {
+    desc_version: u32,
+    sm_count: u32,
+    resident_ctas: BTreeMap<String, u64>,
+    steps: Vec<StepDesc>,
+}
