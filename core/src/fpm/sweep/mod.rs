@@ -426,7 +426,7 @@ fn choose(s: &BuiltinScenario, v: &GateVerdict, requested: Option<Strategy>) -> 
         ))),
         Some(Strategy::Chain) if v.chain => Ok(Some(Strategy::Chain)),
         Some(Strategy::Chain) => Err(SweepError(format!(
-            "strategy chain does not apply to scenario {}: the shared-chain gate needs experts under expert parallelism (or random KDA), prefix caching and no recurrent state layers",
+            "strategy chain does not apply to scenario {}: the shared-chain gate needs experts under expert parallelism (or random KDA), prefix caching, no recurrent state layers and (in kvsim's port) no sliding-window or chunked-local group",
             s.name
         ))),
     }
