@@ -64,7 +64,12 @@ pub fn check_case(base: &BuiltinScenario, spec: &CaseSpec, mutant: Option<Mutant
     }
     let original_ops = out.plan.as_ref().map_or(0, op_count);
     let shrunk = match (&out.verdict, &out.plan) {
-        (Verdict::Violation { invariant, .. }, Some(plan)) => Some(Box::new(shrink(plan, mutant, invariant))),
+        // A planner mutant's bug is in the plan, which fails without the mutant: shrink it
+        // as a plain plan (an engine mutant's plan must fail with it and pass without).
+        (Verdict::Violation { invariant, .. }, Some(plan)) => {
+            let engine = mutant.filter(|m| m.in_engine());
+            Some(Box::new(shrink(plan, engine, invariant)))
+        }
         _ => None,
     };
     Err(CaseFailure {

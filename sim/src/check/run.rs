@@ -79,6 +79,7 @@ impl Verdict {
     }
 }
 
+#[derive(Clone, Debug)]
 pub struct CaseOutcome {
     pub verdict: Verdict,
     pub ops: u64,
