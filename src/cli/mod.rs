@@ -56,8 +56,9 @@ pub enum Command {
     Fuzz(fuzz_cmd::FuzzArgs),
     /// Run a built-in scenario's benchmark sweep on the simulator; write its artifact.
     Sweep(sweep_cmd::SweepArgs),
-    /// List the built-in scenarios, one a line, name first.
-    Scenarios,
+    /// List the built-in scenarios, one a line, name first; `--show NAME` prints one as a
+    /// scenario file (a template for `--scenario-file`).
+    Scenarios(sweep_cmd::ScenariosArgs),
     /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
     BenchTraces(bench_cmd::BenchArgs),
     /// Predict a plan's device times on the GPU backend with the cost model (docs/timing.md).
@@ -131,7 +132,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Invariants(a) => schema_cmd::run_invariants(a),
         Command::Fuzz(a) => fuzz_cmd::run(a),
         Command::Sweep(a) => sweep_cmd::run(a),
-        Command::Scenarios => sweep_cmd::run_scenarios(),
+        Command::Scenarios(a) => sweep_cmd::run_scenarios(a),
         Command::BenchTraces(a) => bench_cmd::run(a),
         Command::Predict(a) => predict_cmd::run(a),
         Command::Calibrate(a) => calibrate_cmd::run(a),

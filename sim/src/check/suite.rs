@@ -171,6 +171,17 @@ impl CheckReport {
     pub fn is_whole_run(&self) -> bool {
         self.shard == "1/1" && self.case.is_none()
     }
+
+    /// Whether the coverage goals bind this report: a whole run over every built-in scenario.
+    /// The goals are targets for kvsim's own scenarios; a run over a subset of them or over
+    /// the user's scenario files (`--scenario`, `--scenario-file`) reports them only.
+    pub fn goals_enforced(&self) -> bool {
+        let builtin: Vec<String> = kvsim_core::fpm::scenarios::builtin_scenarios()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        self.is_whole_run() && self.scenario_names == builtin
+    }
 }
 
 /// A scenario's row and its event counts.
