@@ -43,7 +43,8 @@ fn strategy(name: Option<&str>) -> PyResult<Option<Strategy>> {
 }
 
 fn mutant(name: Option<&str>) -> PyResult<Option<Mutant>> {
-    name.map(|n| n.parse::<Mutant>().map_err(InputError::new_err)).transpose()
+    name.map(|n| n.parse::<Mutant>().map_err(InputError::new_err))
+        .transpose()
 }
 
 /// Plan a whole benchmark sweep of `scenario` with kvsim's planner for `strategy` (`auto`:

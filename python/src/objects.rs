@@ -253,6 +253,11 @@ impl RunReport {
     }
 
     fn __repr__(&self) -> String {
-        format!("RunReport({}, {} steps, {} ops)", self.result(), self.inner.steps, self.inner.ops)
+        format!(
+            "RunReport({}, {} steps, {} ops)",
+            self.result(),
+            self.inner.steps,
+            self.inner.ops
+        )
     }
 }
