@@ -6,6 +6,7 @@ use std::fmt;
 
 use crate::invariants::InvariantId;
 
+/// A contributor's slip in kvsim itself (shows the invariants catch kvsim's own mistakes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SlipMutant {
     /// A request's cache salt is dropped before its block hashes are computed, so identical
@@ -14,8 +15,10 @@ pub enum SlipMutant {
 }
 
 impl SlipMutant {
+    /// Every slip.
     pub const ALL: [SlipMutant; 1] = [SlipMutant::SaltIgnored];
 
+    /// Its `--mutant` name.
     pub fn name(self) -> &'static str {
         match self {
             SlipMutant::SaltIgnored => "salt-ignored",

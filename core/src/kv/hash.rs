@@ -15,7 +15,9 @@ pub type BlockHash = u128;
 /// A prefix-cache key: the same content cached in two groups is two keys (§2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockKey {
+    /// The chained block hash.
     pub hash: BlockHash,
+    /// The cache group.
     pub group: u32,
 }
 

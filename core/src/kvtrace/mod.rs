@@ -22,8 +22,10 @@ pub use session::{Session, Step};
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
+    /// Not JSON.
     #[error("not valid JSON: {0}")]
     Json(String),
+    /// Not a kvtrace's shape.
     #[error("not a kvtrace: {0}")]
     Shape(String),
 }

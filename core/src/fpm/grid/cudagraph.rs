@@ -28,6 +28,7 @@ pub struct CudagraphMetadata {
     pub expected_capture_size: Option<u64>,
     /// `capture − n` when a capture exists.
     pub padding_tokens: Option<u64>,
+    /// Cudagraph reasons (`capture`, `post_capture`, `cudagraph_disabled`).
     pub sample_reasons: Vec<SampleReason>,
 }
 
