@@ -8,10 +8,13 @@ use serde_json::Value;
 /// The first op where kvsim and the reference disagree.
 #[derive(Debug, Clone)]
 pub struct Divergence {
+    /// The trace.
     pub trace: PathBuf,
     /// Line number in the observation file (0 = init line).
     pub line: usize,
+    /// kvsim's line.
     pub expected: String,
+    /// The reference's line.
     pub actual: String,
 }
 

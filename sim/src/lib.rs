@@ -5,6 +5,9 @@
 //! invariants held. With the `proptest` feature, `strategies` gives the swarm's case knobs
 //! and scenarios as proptest strategies for your own property suites.
 
+// Every public item is documented: this is a library others build on (issue 22).
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod check;
 pub mod conformance;

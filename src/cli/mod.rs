@@ -29,10 +29,12 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "kvsim", version, about)]
 pub struct Cli {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// The main job: property suites over every built-in scenario, coverage goals,
@@ -89,6 +91,7 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// The process exit code: 2 for bad input, 1 for a failed check or output.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,
@@ -104,6 +107,7 @@ pub fn say(line: impl std::fmt::Display) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A file's text; an unreadable file is an input error naming it.
 pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))
 }
@@ -120,6 +124,7 @@ pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_cor
         .collect()
 }
 
+/// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check(a) => check_cmd::run(a),

@@ -83,6 +83,7 @@ pub struct TokenRouter {
 }
 
 impl TokenRouter {
+    /// A router over `experts` experts of hidden size `hidden`.
     pub fn new(experts: u32, hidden: u32) -> TokenRouter {
         let weights = (0..experts)
             .flat_map(|e| (0..hidden).map(move |h| router_byte(e, h, hidden)))

@@ -21,31 +21,43 @@ pub fn output_token(position: u64) -> u64 {
 pub enum Op {
     /// `add_request` with the slot's fixed prompt (a freed slot may be re-added).
     Add {
+        /// The slot.
         req: u8,
     },
     /// `allocate_slots` of `num_new_tokens`. With `lookup` it is an admission:
     /// `get_computed_blocks` first, its hit adopted. `delay` = `delay_cache_blocks`.
     Allocate {
+        /// The slot.
         req: u8,
+        /// Tokens.
         num_new_tokens: u8,
+        /// Admission (a lookup first).
         lookup: bool,
+        /// `delay_cache_blocks`.
         delay: bool,
     },
     /// `commit` of the uncommitted allocation, with the toy model's output token
     /// when the sequence becomes fully computed and may still grow.
     Commit {
+        /// The slot.
         req: u8,
     },
     /// `cache_blocks` up to the request's `num_computed_tokens`.
     CacheBlocks {
+        /// The slot.
         req: u8,
     },
+    /// `preempt`.
     Preempt {
+        /// The slot.
         req: u8,
     },
+    /// `free`.
     Free {
+        /// The slot.
         req: u8,
     },
+    /// `reset_prefix_cache`.
     ResetPrefixCache,
 }
 
@@ -100,6 +112,7 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every event.
     pub const ALL: [Event; 10] = [
         Event::PrefixHit,
         Event::TouchFreeBlock,
