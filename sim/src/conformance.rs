@@ -19,7 +19,7 @@ pub struct Divergence {
 }
 
 /// Lines are equal when byte-equal, or equal as JSON once `message` is dropped
-/// (messages are informational; FORMAT.md §4).
+/// (messages are informational; kvtrace-format.md §4).
 fn same_line(a: &str, b: &str) -> bool {
     if a == b {
         return true;

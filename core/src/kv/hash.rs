@@ -2,7 +2,7 @@
 //!
 //! vLLM hashes every full `hash_block_size` chunk of a request's tokens, chained on
 //! the parent hash, with the cache salt as an extra key of the first block only.
-//! Hash values are never observed (kvtrace FORMAT.md §2.2), so any collision-free
+//! Hash values are never observed (kvtrace-format.md §2.2), so any collision-free
 //! chained hash will do: we use xxh3-128 over a fixed byte encoding.
 
 use std::hash::{BuildHasherDefault, Hasher};

@@ -213,7 +213,7 @@ impl KvCacheManager {
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         // Blocks that left the window are freed before the capacity check, even if
-        // the allocation then fails (§5.3 step 8; FORMAT.md §6.4).
+        // the allocation then fails (§5.3 step 8; kvtrace-format.md §6.4).
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
         for m in &mut self.groups {
             m.remove_skipped_blocks(&mut self.pool, req.id, processed);

@@ -1,4 +1,4 @@
-//! Cache-group specs and the derived block sizes (vllm_kv.md §3, §4.6; FORMAT.md §2.1).
+//! Cache-group specs and the derived block sizes (vllm_kv.md §3, §4.6; kvtrace-format.md §2.1).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -218,7 +218,7 @@ impl KvConfig {
         }
     }
 
-    /// The checks vLLM's constructors (and kvtrace/1) apply (FORMAT.md §2.1).
+    /// The checks vLLM's constructors (and kvtrace/1) apply (kvtrace-format.md §2.1).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         // DECISION (spec/kvtrace.md): sizes beyond 2^40 tokens are refused as a

@@ -1,5 +1,5 @@
 //! kvtrace/1: replay a KV-op trace through the model and print the observation
-//! lines that `../shared/kvtrace/FORMAT.md` defines. Pure: text in, lines out.
+//! lines that `spec/kvtrace-format.md` defines. Pure: text in, lines out.
 
 mod compile;
 mod compiled;

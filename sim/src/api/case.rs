@@ -46,7 +46,7 @@ pub fn draw_case(base: &BuiltinScenario, seed: u64) -> CaseSpec {
 /// Plans and runs case `spec` of `base` (a seed-bug `mutant` switched on, or none): `Ok` when
 /// it passed or does not apply (`outcome.verdict` says which), else the failure with the
 /// violating plan shrunk. Use it as a proptest property over
-/// [`crate::strategies::case_spec`]:
+/// `kvsim_sim::strategies::case_spec()` (feature `proptest`):
 ///
 /// ```
 /// use kvsim_sim::api::{self, check_case, CaseSpec};

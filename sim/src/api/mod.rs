@@ -1,7 +1,7 @@
 //! kvsim as a library: **describe a scenario → plan it with a planner → run the plan →
 //! assert the invariants held or inspect the outcome**. Everything a downstream test suite
 //! needs is re-exported here, so `kvsim-sim` is its one dependency (with the `proptest`
-//! feature for [`crate::strategies`]).
+//! feature for `kvsim_sim::strategies`).
 //!
 //! ```
 //! use kvsim_sim::api::{self, ScenarioBuilder, Strategy};

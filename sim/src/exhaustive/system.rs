@@ -1,5 +1,5 @@
 //! The explored system: one tiny `KvCacheManager` plus the scheduler-side request
-//! state the kvtrace replayer keeps (`core/src/kvtrace/exec.rs`, FORMAT.md §2.2),
+//! state the kvtrace replayer keeps (`core/src/kvtrace/exec.rs`, kvtrace-format.md §2.2),
 //! and the op alphabet over it. Like a stateright model it is a few pure functions
 //! (initial state, enabled ops, apply); the search lives in `mod.rs`.
 
@@ -11,7 +11,7 @@ use kvsim_core::kv::{AllocateArgs, KvCacheManager, KvConfig, ModelMutant, Reques
 pub const REQUEST_NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// The token the toy model emits at position `position` of any sequence, so that
-/// identical histories continue identically (FORMAT.md §5, step 4).
+/// identical histories continue identically (kvtrace-format.md §5, step 4).
 pub fn output_token(position: u64) -> u64 {
     1000 + position
 }
@@ -199,7 +199,7 @@ impl System {
                 allocations(out, req, q.num_tokens() - q.num_computed_tokens, false);
             } else {
                 // Waiting or preempted, so without blocks: admission, with a lookup or
-                // skipping the prefix cache (FORMAT.md §5 step 3).
+                // skipping the prefix cache (kvtrace-format.md §5 step 3).
                 debug_assert_eq!(q.num_computed_tokens, 0);
                 let hit = s.kv.get_computed_blocks(q).num_computed_tokens;
                 allocations(out, req, q.num_tokens() - hit, true);

@@ -1,7 +1,7 @@
 //! Axis helpers of the benchmark grid: geometric candidate axes, uniform sampling with retained
 //! endpoints, the CUDA-graph-aware sample limit and exact balanced partitions.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.2 (module-level helpers of
+//! Source: `spec/research/dynamo_fpm.md` §1.2 (module-level helpers of
 //! `instrumented_scheduler.py`: `_powers_of_two_up_to`, `_uniformly_limit_axis`,
 //! `_limit_cudagraph_axis`, `_cudagraph_axis_points`, `_balanced_partition`).
 

@@ -2,7 +2,7 @@
 //! envelope, the scheduler facts feasibility depends on, CUDA-graph captures, sample limits, and a
 //! caller-supplied per-request block need (the cache layout is modelled elsewhere).
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.1 (`BenchmarkConfig` sample limits and defaults),
+//! Source: `spec/research/dynamo_fpm.md` §1.1 (`BenchmarkConfig` sample limits and defaults),
 //! §1.3 (capacity envelope, usable blocks), §1.4 (feasibility inputs), §2.2
 //! (`_bench_blocks_per_req`).
 

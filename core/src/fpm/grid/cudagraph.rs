@@ -1,7 +1,7 @@
 //! CUDA-graph metadata of a grid point: the capture size that would serve it, the padding, and
 //! the sample reasons that say why the coordinate is on the axis.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.2 (`_bench_cudagraph_metadata`,
+//! Source: `spec/research/dynamo_fpm.md` §1.2 (`_bench_cudagraph_metadata`,
 //! `expected_cudagraph_mode`).
 
 use std::collections::BTreeSet;

@@ -1,7 +1,7 @@
 //! Pure pieces of decode measurement that follow from a grid point: the admission lengths and
 //! steady coordinate, the number of steady steps (giant-KV repeats), and which FPM is retained.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.10 steps 2 and 4 (`_bench_step_decode`), §1.11
+//! Source: `spec/research/dynamo_fpm.md` §1.10 steps 2 and 4 (`_bench_step_decode`), §1.11
 //! (`_bench_save_current_point`), §6.6 (`estimate.method`), §8.1 invariants 15–17, §9.1
 //! (`DYN_BENCH_GIANT_KV_THRESHOLD` / `DYN_BENCH_GIANT_KV_REPEATS`).
 

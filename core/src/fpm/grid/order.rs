@@ -1,7 +1,7 @@
 //! Grid assembly: generated phases, eager warm-up replicas, phase order, stable keys, numbering
 //! and the grid digest.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.6 (`_bench_eager_warmup_points`), §1.7
+//! Source: `spec/research/dynamo_fpm.md` §1.6 (`_bench_eager_warmup_points`), §1.7
 //! (`_bench_build_grid`: missing phases, replica prepend, numbering after the kvwarm reorder,
 //! `_bench_grid_digest`), §8.1 invariants 1–3.
 //!

@@ -1,7 +1,7 @@
 //! A benchmark point as Dynamo writes it (`asdict(BenchmarkPoint)`), its reason vocabulary, and
 //! the stable key kvsim uses to find a point again after the grid is reordered or renumbered.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §6.1 (point fields), §5.4 (`sample_reasons`
+//! Source: `spec/research/dynamo_fpm.md` §6.1 (point fields), §5.4 (`sample_reasons`
 //! vocabulary), §1.6–§1.7 (replicas, numbering); the seed PR "warm Inkling convolution caches
 //! with native prefills" (plan lookups must survive the grid's public renumbering).
 
