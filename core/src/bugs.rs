@@ -328,7 +328,8 @@ impl Mutant {
     pub fn in_engine(self) -> bool {
         match self {
             Mutant::Bug(b) => b.info().site == Site::Engine,
-            Mutant::Model(_) | Mutant::Slip(_) => true,
+            Mutant::Model(_) => true,
+            Mutant::Slip(s) => s.in_engine(),
         }
     }
     /// The seed bug, if it is one.

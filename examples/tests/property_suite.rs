@@ -118,6 +118,8 @@ fn features_on(c: &CaseSpec) -> usize {
         c.shrink_pool.is_some(),
         c.message_lag.is_some(),
         c.shared_prompt_content,
+        c.retire_in_flight,
+        c.reset_probe,
     ]
     .iter()
     .filter(|&&b| b)

@@ -49,11 +49,11 @@ pub fn case_spec() -> impl Strategy<Value = CaseSpec> {
         prop::option::of((0u32..2, 1u64..=2)),
         any::<u8>(),
         2usize..=8,
-        any::<bool>(),
+        any::<(bool, bool, bool)>(),
     );
     (shape, faults).prop_map(|(c, f)| {
         let (strategy, max_len, max_seqs, batched_tokens, block_size, window, pool_pct, repeats, b) = c;
-        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, shared) = f;
+        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, late) = f;
         CaseSpec {
             strategy,
             max_len,
@@ -75,7 +75,9 @@ pub fn case_spec() -> impl Strategy<Value = CaseSpec> {
             message_lag,
             capture,
             kv_samples,
-            shared_prompt_content: shared,
+            shared_prompt_content: late.0,
+            retire_in_flight: late.1,
+            reset_probe: late.2,
         }
     })
 }

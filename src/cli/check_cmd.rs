@@ -344,13 +344,26 @@ fn print_suites(r: &CheckReport, files: &[Option<PathBuf>]) -> Result<(), CliErr
         }
     }
     match &r.exhaustive {
-        Some(x) => say(format_args!(
-            "exhaustive (tiny pool, every op sequence up to {} ops): {} states, {} sequences, {}",
-            x.depth,
-            x.states,
-            x.sequences,
-            x.violation.as_deref().unwrap_or("no violation")
-        ))?,
+        Some(x) => {
+            say(format_args!(
+                "exhaustive (tiny pool, every op sequence up to {} ops): {} states, {} sequences, {}",
+                x.depth,
+                x.states,
+                x.sequences,
+                x.violation.as_deref().unwrap_or("no violation")
+            ))?;
+            let h = &x.hybrid;
+            say(format_args!(
+                "exhaustive (full attention + two windows, up to {} ops): {} states, {} sequences, {}; hybrid fixed point {}",
+                h.depth,
+                h.states,
+                h.sequences,
+                h.violation.as_deref().unwrap_or("no violation"),
+                h.fixed_point
+                    .as_ref()
+                    .map_or("never re-asked".to_string(), |ops| format!("re-asked after {ops}"))
+            ))?
+        }
         None if r.case.is_some() => say("exhaustive: not run for one case")?,
         None => say(format_args!(
             "exhaustive: run by the last shard ({}/{})",

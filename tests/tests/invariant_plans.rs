@@ -225,10 +225,13 @@ fn every_catalog_entry_is_covered_by_a_test_here_or_by_a_model_mutant() {
     use kvsim_core::kv::ModelMutant;
     let here = include_str!("invariant_plans.rs");
     for inv in CATALOG {
-        // Model mutants and seed-bug mutants (tests/tests/check_suites.rs kills each
+        // Model mutants, seed-bug mutants and slips (tests/tests/check_suites.rs kills each
         // with its invariant).
         let by_mutant = ModelMutant::ALL.iter().any(|m| m.breaks() == inv.id)
-            || kvsim_core::bugs::BUGS.iter().any(|b| b.invariant == inv.id);
+            || kvsim_core::bugs::BUGS.iter().any(|b| b.invariant == inv.id)
+            || kvsim_core::slips::SlipMutant::ALL
+                .iter()
+                .any(|s| s.invariant() == inv.id);
         // An `assert_trips(.., "ID")` call, however rustfmt wraps it.
         let compact: String = here.split_whitespace().collect();
         let by_plan = compact.contains(&format!("\"{}\")", inv.id)) || compact.contains(&format!("\"{}\",)", inv.id));
@@ -436,4 +439,48 @@ fn pl_steady_a_point_timed_on_its_admission_step_only() {
     assert_trips(&steps(false, true), "PL-STEADY");
     // A point whose injection fell short is skipped untimed: nothing to steady.
     assert_passes(&steps(false, false));
+}
+
+#[test]
+fn pl_coordinate_a_point_measured_off_its_coordinate() {
+    // Request `a` is prefilled to 7 tokens, then point 1 is admitted and steadied on it.
+    // Recorded plans state the admitted lengths (`source.points`): 7 is one short of the
+    // context 8 the steady step reads.
+    let timed = |schedule: bool| {
+        let mut ops = vec![];
+        if schedule {
+            ops.push(json!({"op": "schedule", "req": "a", "num_new_tokens": 1}));
+        }
+        ops.extend([
+            json!({"op": "begin_timed", "point": 1}),
+            json!({"op": "forward", "batch": [{"req": "a", "tokens": 1, "output": [9]}]}),
+            json!({"op": "end_timed", "point": 1}),
+            json!({"op": "process_outputs"}),
+        ]);
+        ops
+    };
+    let with_source = |admitted: u64| {
+        let mut admission = vec![json!({"op": "inject_point", "point": 1})];
+        admission.extend(timed(true));
+        let mut p = plan(
+            scenario(None, 1, 32),
+            vec![(0, 0, prefill("a", 7)), (1, 0, admission), (2, 0, timed(true))],
+        );
+        p["source"] = json!({"planner": "dynamo", "version": "1.6.1", "vllm": "0.31.0",
+            "source_sha256": "0", "installed": true,
+            "points": [{"point": 1, "step": 1, "batch": 1, "context_lengths": [admitted], "kind": "shadow"}]});
+        p
+    };
+    assert_passes(&with_source(7));
+    // Admitted at its context (8) instead of one short: the admission reads 7 where 8 was due.
+    assert_trips(&with_source(8), "PL-COORDINATE");
+    match outcome(&with_source(6)) {
+        Outcome::Violation(f) => assert!(
+            f.detail
+                .contains("point 1: its admission step reads computed contexts [7] where its coordinate gives [6]"),
+            "{}",
+            f.detail
+        ),
+        other => panic!("{other:?}"),
+    }
 }

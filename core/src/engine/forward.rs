@@ -22,6 +22,7 @@ impl Engine {
     pub(super) fn forward(&mut self, batch: &[BatchEntry]) -> Result<OpOutcome, Mismatch> {
         let mut out = OpOutcome::default();
         self.in_forward = batch.iter().map(|e| e.req.clone()).collect();
+        self.state_coordinate(batch, &mut out);
         let groups: Vec<(GroupKind, u64)> = self.kv.config.groups.iter().map(|g| (g.kind, g.block_size)).collect();
         for e in batch {
             let r = self
@@ -163,6 +164,26 @@ impl Engine {
         }
         out.result = format!("forward {}", batch.len());
         Ok(out)
+    }
+
+    /// Inside a point's timed window: the computed tokens the batch reads, for PL-COORDINATE.
+    fn state_coordinate(&self, batch: &[BatchEntry], out: &mut OpOutcome) {
+        let Some(point) = self.timed else { return };
+        let (Some(coordinate), Some(&(at, _, steady))) = (self.coordinates.get(&point), self.points.get(&point)) else {
+            return;
+        };
+        let steady = if at == self.step_seq { 0 } else { steady };
+        let computed: Vec<u64> = batch
+            .iter()
+            .filter_map(|e| self.requests.get(&e.req))
+            .map(|r| r.req.num_computed_tokens)
+            .collect();
+        out.check(PlannerEvent::TimedForward {
+            point,
+            steady,
+            computed: &computed,
+            coordinate,
+        });
     }
 
     pub(super) fn fake_compute(&mut self, id: &str, n: u64) -> Result<OpOutcome, Mismatch> {

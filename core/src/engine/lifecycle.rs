@@ -9,6 +9,7 @@ use crate::bugs::BugMutant;
 use crate::invariants::planner::PlannerEvent;
 use crate::kv::RequestStatus;
 use crate::plan::PlanOp;
+use crate::slips::SlipMutant;
 
 impl Engine {
     /// Retire every live id in `ids`, in order; returns the ids actually finished.
@@ -45,14 +46,24 @@ impl Engine {
         // Processed up to the step before the oldest output still in flight.
         self.processed_seq = self.pending_outputs.iter().map(|p| p.step_seq - 1).min().unwrap_or(now);
         let processed = self.processed_seq;
+        // Issue 19's slip: the fence drains one step early.
+        let drain_to = processed + u64::from(self.slip(SlipMutant::FenceReleasedEarly));
         let (release, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
             .into_iter()
-            .partition(|d| d.step_seq <= processed);
+            .partition(|d| d.step_seq <= drain_to);
         self.deferred = keep;
+        let mut out = OpOutcome::ok(format!("processed to {processed}, released {}", release.len()));
+        let oldest_in_flight = self.pending_outputs.iter().map(|p| p.step_seq).min();
         for d in &release {
+            out.check(PlannerEvent::FencedFreeReleased {
+                req: &d.req,
+                step: d.step_seq,
+                oldest_in_flight,
+            });
             self.kv.free_detached(&d.blocks);
+            self.free_order_check(&d.req, std::slice::from_ref(&d.blocks), true, &mut out);
         }
-        OpOutcome::ok(format!("processed to {processed}, released {}", release.len()))
+        out
     }
 
     pub(super) fn finish(&mut self, id: &str, fenced: bool) -> Result<OpOutcome, Mismatch> {
@@ -76,7 +87,9 @@ impl Engine {
                 blocks,
             });
         } else {
+            let tables = self.kv.get_block_ids(rid);
             self.kv.free(rid);
+            self.free_order_check(id, &tables, false, &mut out);
         }
         self.requests.remove(id);
         Ok(out)
@@ -99,11 +112,38 @@ impl Engine {
 
     pub(super) fn preempt(&mut self, req: &str) -> Result<OpOutcome, Mismatch> {
         let rid = self.req(req)?.req.id;
+        let tables = self.kv.get_block_ids(rid);
         self.kv.free(rid);
+        let mut out = OpOutcome::ok("preempted");
+        self.free_order_check(req, &tables, false, &mut out);
         let r = self.requests.get_mut(req).expect("checked");
         r.req.num_computed_tokens = 0;
         r.req.status = RequestStatus::Preempted;
-        Ok(OpOutcome::ok("preempted"))
+        Ok(out)
+    }
+
+    /// KV-FREE-ORDER: where `tables` (freed by one call, or one call per group) went in the
+    /// free queue.
+    fn free_order_check(&self, req: &str, tables: &[Vec<u32>], one_call: bool, out: &mut OpOutcome) {
+        let pool = &self.kv.pool;
+        let mut queued: Vec<(u32, bool)> = tables
+            .iter()
+            .flatten()
+            .filter(|&&b| b != crate::kv::NULL_BLOCK && pool.ref_cnt(b) == 0)
+            .map(|&b| (b, pool.enable_caching() && pool.block_hash(b).is_some()))
+            .collect();
+        queued.sort_unstable();
+        let to_back = queued.iter().filter(|q| q.1).count();
+        let queue_front: Vec<u32> = pool.free_queue().take(queued.len() - to_back).collect();
+        let queue_back: Vec<u32> = pool.free_queue_back().take(to_back).collect();
+        out.check(PlannerEvent::RequestFreed {
+            req,
+            tables,
+            one_call,
+            queued: &queued,
+            queue_front: &queue_front,
+            queue_back: &queue_back,
+        });
     }
 
     pub(super) fn reset_prefix_cache(&mut self, expect: Option<bool>) -> Result<OpOutcome, Mismatch> {
@@ -117,7 +157,15 @@ impl Engine {
         let phantom = std::mem::take(&mut self.phantom);
         let n = phantom.len();
         self.kv.pool.free_blocks(phantom);
+        let held_before = (1..self.kv.pool.num_blocks())
+            .filter(|&b| self.kv.pool.ref_cnt(b) > 0)
+            .count();
         let done = self.kv.reset_prefix_cache();
+        out.check(PlannerEvent::PrefixCacheReset {
+            done,
+            held_before,
+            keys_after: self.kv.pool.num_cached_keys(),
+        });
         if let Ok(b) = self.kv.pool.get_new_blocks(n) {
             self.phantom = b;
         }

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use content::PrefixHashes;
 
 use crate::bugs::{BugMutant, Mutant};
+use crate::invariants::planner::PointCoordinate;
 use crate::kv::{KvCacheManager, ReqId, Request};
 use crate::plan::Scenario;
 use crate::slips::SlipMutant;
@@ -140,6 +141,9 @@ pub struct Engine {
     pub points_recorded: u64,
     /// Rare events reached (coverage goals), by name.
     pub events: BTreeMap<&'static str, u64>,
+    /// What the plan says each decode point's coordinate is (PL-COORDINATE); points absent
+    /// here are not judged.
+    pub coordinates: BTreeMap<u64, PointCoordinate>,
     /// A deliberate bug switched on (`--mutant`).
     pub mutant: Option<Mutant>,
 }
@@ -153,8 +157,11 @@ impl Engine {
     /// An engine with a deliberate bug: a seed-bug mutant in the engine, or a
     /// block-pool model mutant.
     pub fn with_mutant(scenario: &Scenario, rank: u32, mutant: Option<Mutant>) -> Result<Self, Mismatch> {
-        let kv = KvCacheManager::with_mutant(scenario.kv_config(), mutant.and_then(Mutant::model))
+        let mut kv = KvCacheManager::with_mutant(scenario.kv_config(), mutant.and_then(Mutant::model))
             .map_err(|e| Mismatch(e.0))?;
+        if let Some(Mutant::Slip(s)) = mutant {
+            kv.set_slip(s.manager());
+        }
         Ok(Engine {
             rank,
             content: vec![None; scenario.pool_blocks as usize],
@@ -184,6 +191,7 @@ impl Engine {
             points: BTreeMap::new(),
             points_recorded: 0,
             events: BTreeMap::new(),
+            coordinates: BTreeMap::new(),
             mutant,
         })
     }

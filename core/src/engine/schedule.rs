@@ -89,6 +89,9 @@ impl Engine {
             .kv
             .allocate_slots(&request, args)
             .map_err(|e| Mismatch(e.to_string()))?;
+        if got.is_some() {
+            self.shape_check(&request, hit_tokens, id, &mut out);
+        }
         out.check(PlannerEvent::StageScheduled {
             req: id,
             tokens: n,
@@ -142,6 +145,28 @@ impl Engine {
             self.slots_check(&mut out);
         }
         Ok(out)
+    }
+
+    /// KV-TABLE-SHAPE: the tables right after a successful `allocate_slots`, which freed what
+    /// left each window below the processed tokens (computed and hit, less those in flight).
+    fn shape_check(&self, request: &crate::kv::Request, hit_tokens: u64, id: &str, out: &mut OpOutcome) {
+        let processed = (request.num_computed_tokens + hit_tokens)
+            .min(self.kv.config.max_model_len)
+            .saturating_sub(request.num_in_flight_tokens);
+        let tables = self.kv.get_block_ids(request.id);
+        let groups: Vec<_> = self
+            .kv
+            .config
+            .groups
+            .iter()
+            .zip(&tables)
+            .map(|(g, t)| (g.kind, g.block_size, t.as_slice()))
+            .collect();
+        out.check(PlannerEvent::TablesShaped {
+            req: id,
+            processed,
+            groups: &groups,
+        });
     }
 
     /// PL-SLOTS: running requests (shadows and parked chains included) fit the

@@ -32,6 +32,16 @@ pub struct BenchSettings {
     /// (issue 19: identical content under distinct salts).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_prompt_content: bool,
+    /// A swarm knob, not a Dynamo setting: under async scheduling a point's requests retire in
+    /// its last timed step, while that step's outputs are still in flight (the point deadline
+    /// cutting a point, §1.10 step 6), so the deferred-free fence must hold them a step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retire_in_flight: bool,
+    /// A swarm knob, not a Dynamo setting: a prefix-cache reset is requested in every point's
+    /// admission step, while its requests hold blocks (as an external reset request or
+    /// Dynamo's abort path would): vLLM must refuse it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_probe: bool,
 }
 
 /// A scenario with its benchmark settings (built in, or loaded from a file).
@@ -124,6 +134,8 @@ fn bench(expert_parallel: bool) -> BenchSettings {
         giant_kv_threshold: 1_000_000,
         giant_kv_repeats: 3,
         shared_prompt_content: false,
+        retire_in_flight: false,
+        reset_probe: false,
         timeout_seconds: 900,
     }
 }

@@ -78,6 +78,21 @@ catalog! {
         source: "vllm_kv.md §7 item 1",
         checked_in: "core/src/invariants/model.rs: check_null_block",
     }
+    KvTableShape = "KV-TABLE-SHAPE" {
+        statement: "Right after allocate_slots a table has its kind's shape: a sliding-window or chunked-local table is null below its window edge, an align-mode Mamba table null below the state of the last processed token (the blocks remove_skipped_blocks frees; processed = computed and hit tokens less those in flight).",
+        source: "vllm_kv.md §3.2 (remove_skipped_blocks), §3.4, §3.5, §3.6 (align mode: 2 + S + checkpoint blocks)",
+        checked_in: "core/src/invariants/planner/table_shape.rs: check (TablesShaped)",
+    }
+    KvFreeOrder = "KV-FREE-ORDER" {
+        statement: "A request's blocks are freed in vLLM's order: tail first (one free_blocks call per group in group order for free, one call over the reversed concatenation for a deferred free); of the blocks reaching ref 0 the unhashed go to the front of the free queue and the hashed to its back, each in freeing order.",
+        source: "vllm_kv.md §1.5 (free_blocks), §3.2 (free), §6 (pop_blocks_for_free, deferred frees)",
+        checked_in: "core/src/invariants/planner/free_order.rs: check (RequestFreed)",
+    }
+    KvReset = "KV-RESET" {
+        statement: "A prefix-cache reset is refused exactly while some non-null block is in use (held by a request, a deferred free or a copy-on-write retention), and a granted reset leaves no prefix-cache key.",
+        source: "vllm_kv.md §1.5 (reset_prefix_cache: num_used != 1 returns False)",
+        checked_in: "core/src/invariants/planner/reset.rs: check (PrefixCacheReset)",
+    }
     PlWindow = "PL-WINDOW" {
         statement: "No eviction before the window: every attention read (full, MLA, sliding-window, chunked-local) and every recurrent-state read finds the block holding exactly the content the reader expects; a block freed, evicted, overwritten or taken from the wrong depth fails.",
         source: "dynamo_fpm.md §4, §8.2 (sliding-window history evicted before read; recurrent state from the wrong depth)",
@@ -123,15 +138,20 @@ catalog! {
         source: "dynamo_fpm.md §1.12, §3.3 step 4; §8.2 bug 5",
         checked_in: "core/src/invariants/planner/timing.rs: check (PointInjected, ShadowRegistering, StageScheduled)",
     }
+    PlCoordinate = "PL-COORDINATE" {
+        statement: "Every timed decode step reads its point's coordinate: at the admission step each of the point's B requests has computed exactly max(1, ctx_i − 1) tokens, ctx_i the balanced contexts of the point's steady KV (or the admitted lengths a recorded plan reports), and at the k-th steady step that plus k; no request of another shape is in the batch.",
+        source: "dynamo_fpm.md §1.10 step 2; §8.1 invariants 6, 15 (decode injection one token short, the steady step reads ctx)",
+        checked_in: "core/src/invariants/planner/coordinate.rs: check (TimedForward)",
+    }
     PlTimedHost = "PL-TIMED-HOST" {
         statement: "No host-side bookkeeping (block registration, shadow registration, zeroing, copies) inside a timed window.",
         source: "dynamo_fpm.md §1.10 (cache_blocks in the untimed window); seed 001 (~160 ms of registration booked in the timed window)",
         checked_in: "core/src/invariants/planner/timing.rs: check (HostOp)",
     }
     PlInflightFree = "PL-INFLIGHT-FREE" {
-        statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are.",
+        statement: "A request retired while its step is in flight (its outputs not yet processed) keeps its blocks referenced behind the fence until they are: it is freed fenced, and the fence releases a deferred free only once no output of its step or an earlier one is in flight.",
         source: "dynamo_fpm.md §3.7 (defer_block_free, sched_step_seq); §8.2 bug 13 (fence bypass)",
-        checked_in: "core/src/invariants/planner/fence.rs: check (Freed)",
+        checked_in: "core/src/invariants/planner/fence.rs: check (Freed, FencedFreeReleased)",
     }
     PlCapacity = "PL-CAPACITY" {
         statement: "A planned allocation is never refused: every request the plan schedules fits the pool its capacity arithmetic counted on.",

@@ -142,6 +142,11 @@ impl BlockPool {
         self.free.iter()
     }
 
+    /// The free queue from its back (the block evicted last first).
+    pub fn free_queue_back(&self) -> impl Iterator<Item = u32> + '_ {
+        self.free.iter_back()
+    }
+
     /// Changes whenever the free queue does.
     pub fn free_version(&self) -> u64 {
         self.free.version()
@@ -420,6 +425,11 @@ impl BlockPool {
         if self.free.len() != self.num_blocks as usize - 1 {
             return false;
         }
+        self.reset_prefix_cache_unchecked()
+    }
+
+    /// The reset without vLLM's refusal while blocks are in use (issue 19's slip only).
+    pub(crate) fn reset_prefix_cache_unchecked(&mut self) -> bool {
         // Only hashed blocks have a primary: visiting them (not the pool) keeps a reset's
         // cost with the cache's size. A watcher sees exactly these blocks and keys change.
         let hashed: Vec<u32> = self.cached_block_ids().collect();

@@ -168,6 +168,19 @@ impl FreeQueue {
         Some(h)
     }
 
+    /// Back-to-front ids (the most recently appended first).
+    pub fn iter_back(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = self.tail;
+        std::iter::from_fn(move || {
+            if cur == NIL {
+                return None;
+            }
+            let id = cur;
+            cur = self.prev[id as usize];
+            Some(id)
+        })
+    }
+
     /// Front-to-back ids (the observation's `free_queue`).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         let mut cur = self.head;
@@ -202,6 +215,7 @@ mod tests {
         q.prepend(&[7, 8]);
         q.append(&[5, 4]);
         assert_eq!(q.iter().collect::<Vec<_>>(), [7, 8, 1, 2, 3, 5, 4]);
+        assert_eq!(q.iter_back().collect::<Vec<_>>(), [4, 5, 3, 2, 1, 8, 7]);
         assert!(q.remove(2));
         assert!(!q.remove(2));
         assert_eq!(q.pop_front(), Some(7));

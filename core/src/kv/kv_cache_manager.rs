@@ -58,6 +58,8 @@ pub struct KvCacheManager {
     pub groups: Vec<GroupManager>,
     /// The coordinator.
     pub coordinator: Coordinator,
+    /// A deliberate slip (issue 19), off in every real run.
+    slip: Option<super::ManagerSlip>,
 }
 
 impl KvCacheManager {
@@ -93,6 +95,7 @@ impl KvCacheManager {
             groups,
             coordinator,
             config,
+            slip: None,
         })
     }
 
@@ -214,7 +217,12 @@ impl KvCacheManager {
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         // Blocks that left the window are freed before the capacity check, even if
         // the allocation then fails (§5.3 step 8; kvtrace-format.md §6.4).
-        let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
+        let in_flight = if self.slip == Some(super::ManagerSlip::InFlightIgnored) {
+            0
+        } else {
+            req.num_in_flight_tokens
+        };
+        let processed = total_computed.saturating_sub(in_flight);
         for m in &mut self.groups {
             m.remove_skipped_blocks(&mut self.pool, req.id, processed);
         }
@@ -271,7 +279,18 @@ impl KvCacheManager {
 
     /// Release blocks detached by `pop_blocks_for_free` (tail-first).
     pub fn free_detached(&mut self, blocks: &[u32]) {
+        if self.slip == Some(super::ManagerSlip::DetachedFreedHeadFirst) {
+            return self.pool.free_blocks(blocks.iter().copied());
+        }
         self.pool.free_blocks(blocks.iter().rev().copied());
+    }
+
+    /// Switch a manager slip on in every group (issue 19's mutants; never in a real run).
+    pub fn set_slip(&mut self, slip: Option<super::ManagerSlip>) {
+        self.slip = slip;
+        for m in &mut self.groups {
+            m.slip = slip;
+        }
     }
 
     /// Free blocks that left a window or chunk after `processed` tokens.
@@ -317,6 +336,9 @@ impl KvCacheManager {
 
     /// `reset_prefix_cache`: refused while any block is referenced.
     pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.slip == Some(super::ManagerSlip::ResetIgnoresHeld) {
+            return self.pool.reset_prefix_cache_unchecked();
+        }
         self.pool.reset_prefix_cache()
     }
 

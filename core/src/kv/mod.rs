@@ -16,6 +16,6 @@ pub mod spec;
 
 pub use block_pool::{BlockPool, PoolError, NULL_BLOCK};
 pub use kv_cache_manager::{AllocateArgs, ComputedBlocks, KvCacheManager};
-pub use mutant::ModelMutant;
+pub use mutant::{ManagerSlip, ModelMutant};
 pub use request::{ReqId, Request, RequestStatus};
 pub use spec::{ConfigError, CoordinatorKind, GroupKind, GroupSpec, KvConfig, MambaMode};

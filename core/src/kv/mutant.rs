@@ -41,6 +41,25 @@ impl ModelMutant {
     }
 }
 
+/// Slips in the cache-group managers (issue 19): mistakes a contributor could make in
+/// kvsim's own model that stay internally consistent (every KV-* pool invariant holds), so
+/// only the table-shape check (KV-TABLE-SHAPE) or the vLLM conformance run sees them.
+/// Switched on through `slips::SlipMutant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ManagerSlip {
+    /// `remove_skipped_blocks` frees one block fewer than left the window.
+    WindowEdgeKept,
+    /// `remove_skipped_blocks` is not run for align-mode Mamba groups (as if only attention
+    /// groups dropped history): old state blocks are never freed.
+    AlignStatesKept,
+    /// A deferred free releases the detached blocks head first instead of tail first.
+    DetachedFreedHeadFirst,
+    /// `allocate_slots` frees below the computed tokens, ignoring those still in flight.
+    InFlightIgnored,
+    /// `reset_prefix_cache` clears the cache even while blocks are in use.
+    ResetIgnoresHeld,
+}
+
 impl fmt::Display for ModelMutant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -81,6 +81,8 @@ impl ScenarioBuilder {
                     giant_kv_repeats: 3,
                     timeout_seconds: 900,
                     shared_prompt_content: false,
+                    retire_in_flight: false,
+                    reset_probe: false,
                 },
             },
         }

@@ -64,6 +64,13 @@ pub struct CaseSpec {
     /// Every point's slot-k request draws the same prompt under its own cache salt, so only
     /// the salt keeps their blocks apart (drawn last: earlier knobs keep their draws).
     pub shared_prompt_content: bool,
+    /// Under async scheduling, each point's requests retire in its last timed step while that
+    /// step's outputs are in flight: the fence must hold them a step (drawn last).
+    #[serde(default)]
+    pub retire_in_flight: bool,
+    /// A prefix-cache reset is requested in every point's admission step (drawn last).
+    #[serde(default)]
+    pub reset_probe: bool,
 }
 
 fn pick<T: Copy>(rng: &mut impl Rng, xs: &[T]) -> T {
@@ -196,6 +203,8 @@ impl CaseSpec {
             }),
             message_lag: on(rng, 0.2).then(|| (rank(rng), rng.gen_range(1..=2))),
             shared_prompt_content: false,
+            retire_in_flight: false,
+            reset_probe: false,
         };
         // A few cases ask for what the gate refuses: the planner must refuse it too (a
         // gate that admits it is bug 8, `recurrent-state-borrowed`). Drawn after the
@@ -215,6 +224,8 @@ impl CaseSpec {
         }
         // Drawn last: earlier knobs keep their draws.
         c.shared_prompt_content = on(rng, 0.3);
+        c.retire_in_flight = on(rng, 0.3);
+        c.reset_probe = on(rng, 0.2);
         c
     }
 }
@@ -254,6 +265,8 @@ pub fn build_scenario(base: &BuiltinScenario, c: &CaseSpec) -> Result<BuiltinSce
     s.bench.giant_kv_threshold = if c.giant { 2 * c.max_len } else { 1_000_000 };
     s.bench.random_kda = c.random_kda && has_state;
     s.bench.shared_prompt_content = c.shared_prompt_content;
+    s.bench.retire_in_flight = c.retire_in_flight;
+    s.bench.reset_probe = c.reset_probe;
     let need = LayoutNeed::new(s.scenario.kv_config());
     let per_req = need.blocks_per_req(BlockNeedQuery {
         num_tokens: c.max_len,

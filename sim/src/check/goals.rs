@@ -24,6 +24,10 @@ pub const GOALS: &[(&str, &str)] = &[
     ),
     ("window-edge", "a sliding-window read starts exactly on a block edge"),
     (
+        "hybrid-fixed-point",
+        "the hybrid coordinator re-asks a group at a shorter hit (its fixed point iterates more than once)",
+    ),
+    (
         "ranks-disagree",
         "attention-DP ranks take different local decisions (a local failure on one rank)",
     ),

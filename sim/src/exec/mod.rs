@@ -5,6 +5,7 @@
 //! Determinism: no wall clock, no threads, no hash-map iteration reaches the
 //! report or the trace; the same plan gives the same bytes.
 
+mod coordinates;
 mod perfetto;
 mod report;
 
@@ -13,6 +14,7 @@ use kvsim_core::driver::{drive, Driven, Flow, Observer, OpAt};
 use kvsim_core::engine::{Engine, Mismatch, OpOutcome};
 use kvsim_core::fpm::sweep::BenchmarkMeta;
 use kvsim_core::invariants::model::check_model;
+use kvsim_core::invariants::planner::PointCoordinate;
 use kvsim_core::invariants::ranks::check_lockstep;
 use kvsim_core::invariants::record::check_regime_labels;
 use kvsim_core::invariants::watch::ModelWatch;
@@ -20,6 +22,7 @@ use kvsim_core::invariants::Violation;
 use kvsim_core::kv::changes::ModelChanges;
 use kvsim_core::plan::{nominal_step_ns, Plan, PlanOp};
 use serde_json::json;
+use std::collections::BTreeMap;
 
 pub use perfetto::perfetto_json;
 
@@ -126,13 +129,14 @@ fn collect_events(engines: &[Engine], disagreed: bool, report: &mut RunReport) {
 pub fn run_plan_opts(plan: &Plan, opts: RunOptions, progress: &mut dyn FnMut(u64, u64)) -> RunReport {
     let mut engines = Vec::new();
     let mut disagreed = false;
-    let mut report = run_inner(plan, opts, progress, &mut engines, &mut disagreed);
+    let meta = plan
+        .benchmark
+        .as_ref()
+        .and_then(|b| serde_json::from_value::<BenchmarkMeta>(b.clone()).ok());
+    let coordinates = coordinates::point_coordinates(plan, meta.as_ref());
+    let mut report = run_inner(plan, opts, progress, &mut engines, &mut disagreed, coordinates);
     if report.passed() {
-        if let Some(meta) = plan
-            .benchmark
-            .as_ref()
-            .and_then(|b| serde_json::from_value::<BenchmarkMeta>(b.clone()).ok())
-        {
+        if let Some(meta) = meta {
             if let Some(v) = check_regime_labels(meta.executions.iter().map(|e| e.regime_row())) {
                 report.outcome = Outcome::Violation(
                     Finding::at(report.last_step, 0, None, json!(null), v.detail).with_invariant(v.id.as_str()),
@@ -286,6 +290,7 @@ fn run_inner(
     progress: &mut dyn FnMut(u64, u64),
     engines_out: &mut Vec<Engine>,
     disagreed: &mut bool,
+    coordinates: Vec<BTreeMap<u64, PointCoordinate>>,
 ) -> RunReport {
     let s = &plan.scenario;
     let mut report = RunReport::new(plan_hash(plan));
@@ -299,6 +304,9 @@ fn run_inner(
             return report;
         }
     };
+    for (e, c) in engines.iter_mut().zip(coordinates) {
+        e.coordinates = c;
+    }
     let mut sim = Simulator {
         opts,
         progress,

@@ -23,6 +23,23 @@ pub enum Layout {
         /// The window in tokens.
         sliding_window: u64,
     },
+    /// Full attention plus two sliding windows of different sizes: a later group's shorter
+    /// hit makes the hybrid coordinator re-ask an earlier one (its fixed point).
+    FullAndTwoWindows {
+        /// The two windows in tokens, in group order.
+        windows: [u64; 2],
+    },
+}
+
+impl Layout {
+    /// The sliding windows, in group order.
+    fn windows(self) -> Vec<u64> {
+        match self {
+            Layout::Full => Vec::new(),
+            Layout::FullAndSlidingWindow { sliding_window } => vec![sliding_window],
+            Layout::FullAndTwoWindows { windows } => windows.to_vec(),
+        }
+    }
 }
 
 /// What is explored: the manager, the requests and the depth.
@@ -58,6 +75,23 @@ impl Default for Bounds {
     }
 }
 
+impl Bounds {
+    /// Full attention plus windows of 3 and then 2 tokens at one token per block, two
+    /// requests whose prompts share four tokens, 12 ops deep (spec/exhaustive.md §6): small
+    /// enough to close in a fraction of a second, and it reaches the hybrid coordinator's
+    /// fixed point (the smaller window's shorter hit re-asks the larger one) in 8 ops.
+    pub fn hybrid() -> Self {
+        Bounds {
+            layout: Layout::FullAndTwoWindows { windows: [3, 2] },
+            num_blocks: 9,
+            block_size: 1,
+            prompts: vec![vec![1, 2, 3, 4], vec![1, 2, 3, 4, 5]],
+            max_output_tokens: 1,
+            max_ops: 12,
+        }
+    }
+}
+
 /// Bounds the explorer refuses, every problem listed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid exhaustive bounds: {}", .0.join("; "))]
@@ -88,9 +122,14 @@ impl Bounds {
         if self.max_output_tokens > 8 {
             p.push(format!("max_output_tokens at most 8, got {}", self.max_output_tokens));
         }
-        if let Layout::FullAndSlidingWindow { sliding_window } = self.layout {
-            if !(2..=64).contains(&sliding_window) {
-                p.push(format!("sliding_window in 2..=64, got {sliding_window}"));
+        for w in self.layout.windows() {
+            if !(2..=64).contains(&w) {
+                p.push(format!("sliding_window in 2..=64, got {w}"));
+            }
+        }
+        if let Layout::FullAndTwoWindows { windows: [a, b] } = self.layout {
+            if a == b {
+                p.push(format!("the two sliding windows must differ, got {a} twice"));
             }
         }
         p
@@ -104,12 +143,10 @@ impl Bounds {
             block_size: self.block_size,
         };
         let mut groups = vec![full];
-        if let Layout::FullAndSlidingWindow { sliding_window } = self.layout {
-            groups.push(GroupSpec {
-                kind: GroupKind::SlidingWindow { sliding_window },
-                block_size: self.block_size,
-            });
-        }
+        groups.extend(self.layout.windows().into_iter().map(|sliding_window| GroupSpec {
+            kind: GroupKind::SlidingWindow { sliding_window },
+            block_size: self.block_size,
+        }));
         let longest = self.prompts.iter().map(Vec::len).max().unwrap_or(0) as u64;
         let max_model_len = longest + self.max_output_tokens + 1;
         KvConfig {

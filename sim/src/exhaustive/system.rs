@@ -109,11 +109,13 @@ pub enum Event {
     Readmission,
     /// An allocation freed a block that left the sliding window.
     WindowFree,
+    /// A lookup's hybrid fixed point re-asked a group at a shorter hit.
+    FixedPointReask,
 }
 
 impl Event {
     /// Every event.
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 11] = [
         Event::PrefixHit,
         Event::TouchFreeBlock,
         Event::SharedHit,
@@ -124,6 +126,7 @@ impl Event {
         Event::ResetRefused,
         Event::Readmission,
         Event::WindowFree,
+        Event::FixedPointReask,
     ];
 
     fn bit(self) -> u16 {
@@ -315,6 +318,7 @@ fn allocate(kv: &mut KvCacheManager, slot: &mut Slot, n: u64, lookup: bool, dela
     let hit = lookup.then(|| kv.get_computed_blocks(q));
     if let Some(h) = &hit {
         q.shared_prefix_boundary = h.shared_prefix_boundary;
+        fx.add(Event::FixedPointReask, h.fixed_point_reasked);
     }
     let hit_tokens = hit.as_ref().map_or(0, |h| h.num_computed_tokens);
     debug_assert!(q.num_computed_tokens + hit_tokens + n <= q.num_tokens());

@@ -23,6 +23,7 @@ use super::scenarios::BuiltinScenario;
 use crate::bugs::{BugMutant, Mutant};
 use crate::engine::Engine;
 use crate::plan::{FaultSpec, Plan, PlanOp, Step, Tokens};
+use crate::slips::SlipMutant;
 use ops::{decode_step, fake_injection, native_prefill, retire};
 
 /// Why a sweep cannot be planned (bad strategy or scenario: exit code 2).
@@ -111,6 +112,11 @@ impl SweepBuilder<'_> {
     /// Whether seed-bug mutant `m` is on.
     fn bug(&self, m: BugMutant) -> bool {
         self.mutant == Some(Mutant::Bug(m))
+    }
+
+    /// Whether slip `s` is on.
+    fn slip(&self, s: SlipMutant) -> bool {
+        self.mutant == Some(Mutant::Slip(s))
     }
 
     /// A mutated planner keeps planning past violations its own engines see: the
@@ -388,7 +394,13 @@ fn plan_direct_sweep(
             point.sample_reasons.push(SampleReason::ContextClamped);
         }
         let regime = regime(verdict, chosen, direct.enabled, kv, &mut point);
-        plan_execution(p, point, regime, kv, &adm.injected_lengths, plan_steps.extra_steps)?;
+        // Issue 19's slip: the contexts themselves where the admitted lengths belong.
+        let lengths = if kv == Kv::Native && p.slip(SlipMutant::CoordinateOffByOne) {
+            &adm.context_lengths
+        } else {
+            &adm.injected_lengths
+        };
+        plan_execution(p, point, regime, kv, lengths, plan_steps.extra_steps)?;
     }
     Ok(())
 }
@@ -554,6 +566,7 @@ fn plan_execution(
     let mut timed = Vec::new();
     let mut kv_tokens = Vec::new();
     let mut variances = Vec::new();
+    let retire_in_flight = p.s.bench.retire_in_flight && p.s.scenario.scheduler.async_scheduling;
     for k in 0..=extra_steps {
         let admission = k == 0;
         let schedule = !(admission && kv == Kv::Fake);
@@ -575,13 +588,26 @@ fn plan_execution(
                     );
                 }
             }
+            if admission && p.s.bench.reset_probe {
+                ops::reset_probe(&mut ops);
+            }
+            if retire_in_flight && k == extra_steps {
+                ops::retire_in_flight(&mut ops, injected.len(), rank, &req);
+            }
             ops
         }));
         let ctx: Vec<u64> = injected.iter().map(|&l| l + k).collect();
         kv_tokens.push(ctx.iter().sum());
         variances.push(variance(&ctx));
     }
-    let retire_ops = |rank| p.drained(retire(injected.len(), rank, &req));
+    let retire_ops = |rank| {
+        if retire_in_flight {
+            // Retired already; the batch queue processes the last step now, and the fence drains.
+            p.drained(vec![PlanOp::ProcessOutputs { lag: 0 }])
+        } else {
+            p.drained(retire(injected.len(), rank, &req))
+        }
+    };
     let per_rank: Vec<Vec<PlanOp>> = (0..p.s.scenario.dp_ranks).map(retire_ops).collect();
     p.step(|rank| per_rank[rank as usize].clone());
     if kv == Kv::Native {

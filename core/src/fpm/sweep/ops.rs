@@ -39,6 +39,7 @@ pub(super) fn native_prefill(
             }
         )
     });
+    let queue = p.s.scenario.scheduler.async_scheduling;
     let mut done = vec![0u64; injected.len()];
     let mut first = true;
     while done.iter().zip(injected).any(|(d, l)| d < l) {
@@ -100,7 +101,10 @@ pub(super) fn native_prefill(
                 });
             }
             ops.push(PlanOp::Forward { batch });
-            ops.push(PlanOp::ProcessOutputs { lag: 0 });
+            // Async scheduling's batch queue: a chunk's outputs land when the next step has
+            // been scheduled, so its tokens are still in flight then (vLLM frees and
+            // retires below the processed tokens only).
+            ops.push(PlanOp::ProcessOutputs { lag: u64::from(queue) });
             ops
         });
         for &(slot, n) in &chunks {
@@ -190,6 +194,30 @@ pub(super) fn decode_step(
     ops.push(PlanOp::EndTimed { point });
     ops.push(PlanOp::ProcessOutputs { lag: 0 });
     ops
+}
+
+/// The point's last timed step retires its requests behind the fence right after the
+/// forward, and its outputs are processed one step later (async scheduling's batch queue):
+/// `ops`' closing `process_outputs` becomes the retirement and a `process_outputs` of lag 1.
+pub(super) fn retire_in_flight(ops: &mut Vec<PlanOp>, batch: usize, rank: u32, req: &dyn Fn(u32, usize) -> String) {
+    if matches!(ops.last(), Some(PlanOp::ProcessOutputs { .. })) {
+        ops.pop();
+    }
+    ops.extend((0..batch).map(|slot| PlanOp::Finish {
+        req: req(rank, slot),
+        fenced: true,
+    }));
+    ops.push(PlanOp::ProcessOutputs { lag: 1 });
+}
+
+/// A prefix-cache reset requested after the timed window closes, while the point's requests
+/// hold their blocks: refused (what it returns is the model's to say, not the plan's).
+pub(super) fn reset_probe(ops: &mut Vec<PlanOp>) {
+    let at = ops
+        .iter()
+        .position(|o| matches!(o, PlanOp::EndTimed { .. }))
+        .map_or(ops.len(), |i| i + 1);
+    ops.insert(at, PlanOp::ResetPrefixCache { expect: None });
 }
 
 /// Retire the execution's requests through the fence and drain it.

@@ -1,5 +1,7 @@
 //! What the engine reports while it applies an op: facts, not verdicts.
 
+use super::coordinate::PointCoordinate;
+use crate::kv::GroupKind;
 use crate::plan::FailureKind;
 
 /// One fact of an op being applied, with what a planner check needs to judge it.
@@ -40,6 +42,48 @@ pub enum PlannerEvent<'a> {
         /// Whether the soft deadline had passed.
         deadline_passed: bool,
     },
+    /// A forward inside point `point`'s timed window (`steady` = 0: its admission step, k: its
+    /// k-th steady step): each batch request's computed tokens before it, and the point's
+    /// coordinate as the plan states it.
+    TimedForward {
+        /// The point.
+        point: u64,
+        /// 0 for the admission step, k for the k-th steady step.
+        steady: u64,
+        /// Each batch request's computed tokens before the forward.
+        computed: &'a [u64],
+        /// The point's coordinate as the plan states it.
+        coordinate: &'a PointCoordinate,
+    },
+    /// `allocate_slots` ran for `req` with `processed` tokens processed (computed, hits
+    /// included, less those in flight): each group's kind, block size and table after it.
+    TablesShaped {
+        /// The request.
+        req: &'a str,
+        /// Tokens processed (computed, hits included, less those in flight).
+        processed: u64,
+        /// Each group's kind, block size and table after the allocation.
+        groups: &'a [(GroupKind, u64, &'a [u32])],
+    },
+    /// `req`'s blocks were freed: its tables before the free (in allocation order; a deferred
+    /// free's detached list as one table), whether one `free_blocks` call took them all (a
+    /// deferred free) or one call per group did (`free`), the blocks that reached ref 0 with
+    /// whether the pool queued each at the back (hashed, caching on), sorted by id, and the
+    /// free queue's front (front first) and back (back first) after it.
+    RequestFreed {
+        /// The request.
+        req: &'a str,
+        /// Its tables before the free, in allocation order.
+        tables: &'a [Vec<u32>],
+        /// One `free_blocks` call took them all (a deferred free).
+        one_call: bool,
+        /// Blocks that reached ref 0, with whether each was queued at the back, by id.
+        queued: &'a [(u32, bool)],
+        /// The free queue's front after the free, front first.
+        queue_front: &'a [u32],
+        /// The free queue's back after the free, back first.
+        queue_back: &'a [u32],
+    },
     /// The sweep ended; the first point measured on its admission step only, if any.
     SweepEnded {
         /// The first point measured on its admission step only.
@@ -67,6 +111,26 @@ pub enum PlannerEvent<'a> {
         in_flight: bool,
         /// The free was fenced.
         fenced: bool,
+    },
+    /// The fence released `req`'s deferred free of step `step`; the oldest step whose outputs
+    /// are still in flight, if any.
+    FencedFreeReleased {
+        /// The request.
+        req: &'a str,
+        /// The step of the deferred free.
+        step: u64,
+        /// The oldest step whose outputs are still in flight.
+        oldest_in_flight: Option<u64>,
+    },
+    /// `reset_prefix_cache` returned `done`, with `held_before` non-null blocks in use before
+    /// it and `keys_after` prefix-cache keys left after it.
+    PrefixCacheReset {
+        /// Whether the reset was granted.
+        done: bool,
+        /// Non-null blocks in use before it.
+        held_before: usize,
+        /// Prefix-cache keys left after it.
+        keys_after: usize,
     },
     /// `req` admitted; whether it was shed before.
     Admitted {

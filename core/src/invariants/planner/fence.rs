@@ -1,5 +1,6 @@
 //! The deferred-free fence: no pool draw or prefix-cache reset with fenced frees pending
-//! (PL-FENCE), no unfenced free of a request whose step is in flight (PL-INFLIGHT-FREE).
+//! (PL-FENCE); a request whose step is in flight is freed only behind the fence, and the fence
+//! holds it until that step's outputs are processed (PL-INFLIGHT-FREE).
 
 use super::PlannerEvent;
 use crate::invariants::{InvariantId, Violation};
@@ -22,6 +23,16 @@ pub(super) fn check(event: &PlannerEvent<'_>) -> Option<Violation> {
         } => Some(Violation::new(
             InvariantId::PlInflightFree,
             format!("{req} is freed while its step is in flight (outputs not processed)"),
+        )),
+        // The fence holds a deferred free until its step's outputs, and every earlier step's,
+        // are processed (`deferred_frees` drained once `processed_step_seq` passes them, §3.7).
+        E::FencedFreeReleased {
+            req,
+            step,
+            oldest_in_flight: Some(oldest),
+        } if oldest <= step => Some(Violation::new(
+            InvariantId::PlInflightFree,
+            format!("{req}'s fenced free of step {step} is released while the outputs of step {oldest} are in flight"),
         )),
         _ => None,
     }

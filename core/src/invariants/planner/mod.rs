@@ -10,13 +10,18 @@
 
 mod admission;
 mod content;
+mod coordinate;
 mod event;
 mod fence;
+mod free_order;
 mod lifecycle;
 mod recorded;
+mod reset;
 mod shadow;
+mod table_shape;
 mod timing;
 
+pub use coordinate::PointCoordinate;
 pub use event::PlannerEvent;
 
 use super::Violation;
@@ -31,11 +36,17 @@ pub fn check(event: &PlannerEvent<'_>) -> Vec<Violation> {
         | E::StageScheduled { .. }
         | E::ShadowRegistering { .. }
         | E::SweepEnded { .. } => one(timing::check(event)),
-        E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } => one(fence::check(event)),
+        E::PoolDraw { .. } | E::PrefixReset { .. } | E::Freed { .. } | E::FencedFreeReleased { .. } => {
+            one(fence::check(event))
+        }
         E::Admitted { .. } | E::PrefixHit { .. } | E::AllocationRefused { .. } | E::Running { .. } => {
             one(admission::check(event))
         }
         E::StateRead { .. } | E::AttentionRead { .. } | E::TailForked { .. } => one(content::check(event)),
+        E::TimedForward { .. } => one(coordinate::check(event)),
+        E::TablesShaped { .. } => one(table_shape::check(event)),
+        E::RequestFreed { .. } => one(free_order::check(event)),
+        E::PrefixCacheReset { .. } => one(reset::check(event)),
         E::ShadowRead { .. } | E::ShadowRegistered { .. } => one(shadow::check(event)),
         E::RegistrationFailed { .. } => shadow::failed_registration(event),
         E::Leftovers { .. } => one(lifecycle::check(event)),

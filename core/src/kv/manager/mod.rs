@@ -14,6 +14,7 @@ use tables::Tables;
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
 use super::hash::{BlockKey, FastSet};
+use super::mutant::ManagerSlip;
 use super::req_map::ReqMap;
 use super::request::{ReqId, Request};
 use super::spec::{GroupKind, GroupSpec, MambaMode};
@@ -39,6 +40,8 @@ pub struct GroupManager {
     pub(crate) last_state_idx: ReqMap<usize>,
     pub(crate) num_retired: ReqMap<usize>,
     pub(crate) cached_this_step: FastSet<BlockKey>,
+    /// A deliberate slip (issue 19), off in every real run.
+    pub(crate) slip: Option<ManagerSlip>,
 }
 
 fn cdiv(a: i64, b: i64) -> i64 {
@@ -66,6 +69,7 @@ impl GroupManager {
             last_state_idx: ReqMap::default(),
             num_retired: ReqMap::default(),
             cached_this_step: FastSet::default(),
+            slip: None,
         }
     }
 
@@ -320,10 +324,16 @@ impl GroupManager {
 
     /// `remove_skipped_blocks`: free blocks that left the window (§3.2).
     pub fn remove_skipped_blocks(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
+        if self.slip == Some(ManagerSlip::AlignStatesKept) && self.is_mamba_align() {
+            return;
+        }
         let skipped = self.spec.kind.skipped_tokens(processed as i64);
         if skipped > 0 {
             if let Some(table) = self.tables.get(&req) {
-                let n = ((skipped / self.bs()) as usize).min(table.len());
+                let mut n = ((skipped / self.bs()) as usize).min(table.len());
+                if self.slip == Some(ManagerSlip::WindowEdgeKept) {
+                    n = n.saturating_sub(1);
+                }
                 self.remove_blocks_in_range(pool, req, 0, n);
             }
         }

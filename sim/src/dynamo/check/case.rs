@@ -353,6 +353,8 @@ impl RealCase {
             shrink_pool: None,
             message_lag: None,
             shared_prompt_content: false,
+            retire_in_flight: false,
+            reset_probe: false,
         }
     }
 
