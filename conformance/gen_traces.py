@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seeded generator of realistic kvtrace/1 traces (FORMAT.md §5), with the
+"""Seeded generator of realistic kvtrace/1 traces (kvtrace-format.md §5), with the
 observations real vLLM 0.33.0 gives for them.
 
     python gen_traces.py --seed S --count N --out DIR [--start K] [--jobs J]
@@ -567,7 +567,7 @@ def verify(outdir, indexes):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="kvtrace/1 generator (FORMAT.md §5)")
+    ap = argparse.ArgumentParser(description="kvtrace/1 generator (kvtrace-format.md §5)")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out", required=True)

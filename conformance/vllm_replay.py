@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replay kvtrace/1 files through the REAL vLLM 0.33.0 KVCacheManager (CPU).
 
-Implements /work/shared/kvtrace/FORMAT.md (the replayer side, §2-§4):
+Implements spec/kvtrace-format.md (the replayer side, §2-§4):
 builds the KV cache config from the trace's `config`, keeps the scheduler-side
 request state of §2.2, maps every op of §3 onto vLLM's KVCacheManager and
 prints one canonical JSON observation line per op (§4).
@@ -84,7 +84,7 @@ def _load_vllm():
     # Deterministic (NONE_HASH = sha256("0") with PYTHONHASHSEED=0, or the fixed
     # "vllm-none-hash" seed otherwise), collision-free in practice, and faster
     # than sha256_cbor here (pickle is C, cbor2 is slower on tuples of ints).
-    # Hash values never appear in observations (FORMAT.md §2.2), so any
+    # Hash values never appear in observations (kvtrace-format.md §2.2), so any
     # deterministic collision-free choice is valid.
     hash_fn = sha256
     kv_cache_utils.init_none_hash(hash_fn)
@@ -140,7 +140,7 @@ KINDS = ("full_attention", "mla", "sliding_window", "chunked_local", "mamba")
 
 
 def resolve_config(config):
-    """Validate `config` (FORMAT.md §2.1). Returns a dict of derived values
+    """Validate `config` (kvtrace-format.md §2.1). Returns a dict of derived values
     or raises ConfigError."""
     if not isinstance(config, dict):
         raise ConfigError("config must be an object")
@@ -256,7 +256,7 @@ def resolve_config(config):
 
 
 class ReqState:
-    """Replayer-side request state (FORMAT.md §2.2)."""
+    """Replayer-side request state (kvtrace-format.md §2.2)."""
 
     __slots__ = ("req", "status", "uncommitted")
 

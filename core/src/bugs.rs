@@ -21,38 +21,64 @@ pub enum Site {
     Engine,
 }
 
+/// A seed bug of Dynamo's warm-up planner (dynamo_fpm.md §8.2), switchable back on; `BUGS` has each one's number, site, invariant and cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BugMutant {
+    /// §8.2 bug 1 (`shadow-tail-not-reserved`): plan feasibility charges only resident chain blocks, not the shadows' private tails, and registration is attempted without the pool pre-check.
     ShadowTailNotReserved,
+    /// §8.2 bug 1 (`registration-not-atomic`): shadow registration mutates refs and tables group by group; a pool shortfall leaves the groups registered so far behind.
     RegistrationNotAtomic,
+    /// §8.2 bug 2 (`shed-without-finish`): chains are shed by hand-editing scheduler structures; a chain still waiting when a soft timeout lands mid-build is admitted again.
     ShedWithoutFinish,
+    /// §8.2 bug 4 (`registration-in-timed-window`): allocate_slots(delay_cache_blocks=True) leaves the synthetic blocks' prefix-cache commit to the admission step, inside the timed window.
     RegistrationInTimedWindow,
+    /// §8.2 bug 5 (`stage-build-ignores-deadline`): the stage monitor never acts on the soft deadline: a stage keeps building and registers shadows after it passed.
     StageBuildIgnoresDeadline,
+    /// §8.2 bug 6 (`margin-single-steady-step`): the chain margin is 1 + 1 instead of 1 + repeats, so at a block boundary the shadow needs one block more than the chain holds.
     MarginSingleSteadyStep,
+    /// §8.2 bug 7 (`ready-before-placeholders`): a chain counts as parked once its tokens are scheduled, before its last chunk's output placeholder has landed.
     ReadyBeforePlaceholders,
+    /// §8.2 bug 8 (`recurrent-state-borrowed`): the gate admits hybrid state layouts to chains and the shadow's state slot does not hold the chain's state at its depth.
     RecurrentStateBorrowed,
+    /// §8.2 bug 9 (`zero-alloc-borrow`): the shadow borrows the chain's whole block table with no private tail, so its decode writes land in chain blocks later borrows read.
     ZeroAllocBorrow,
+    /// §8.2 bug 10 (`cow-source-not-touched`): the copy-on-write retention takes no reference on the source, so its release consumes the chain's own reference.
     CowSourceNotTouched,
+    /// §8.2 bug 11 (`cow-release-in-window`): copy-on-write retentions are released through the fence in the admission step, inside the timed window.
     CowReleaseInWindow,
+    /// §8.2 bug 12 (`cow-queue-not-drained`): queued copy-on-write retentions are not drained when a later shadow of the point fails, so blocks stay referenced.
     CowQueueNotDrained,
+    /// §8.2 bug 13 (`fence-bypass`): benchmark-built outputs skip the sched_step_seq increment, so a request retired while its step is in flight is freed at once.
     FenceBypass,
+    /// §8.2 bug 14 (`no-idle-before-draw`): no idle step drains fenced frees after retiring or shedding, so the next allocation draws from a pool still owed fenced blocks.
     NoIdleBeforeDraw,
+    /// §8.2 bug 15 (`local-stage-verdict`): a local shadow-registration failure sends only that rank to fallback while its peers inject the point.
     LocalStageVerdict,
+    /// §8.2 bug 17 (`per-rank-capacity`): plans use rank 0's local pool instead of the negotiated minimum, so a rank with a smaller pool cannot admit a planned point.
     PerRankCapacity,
+    /// §8.2 bug 20 (`shared-salts`): synthetic prompts are salted per slot only, so a later point's request hits an earlier point's cached blocks.
     SharedSalts,
+    /// §8.2 bug 21 (`admission-shaped-decode`): a decode point is measured on its admission step only, with no steady step.
     AdmissionShapedDecode,
+    /// §8.2 bug 22 (`nonblocking-stage-exchange`): the stage exchange does not block: each rank acts on its own decision when it is made, not once every rank's message arrived.
     NonblockingStageExchange,
+    /// §8.2 bug 23 (`align-state-one-block`): align-mode state groups are counted as one block per request instead of 2 (+ speculative + checkpoint).
     AlignStateOneBlock,
+    /// §8.2 bug 24 (`kda-regime-mislabel`): every random-KDA decode row is labelled fake_attention_kv_random_kda, real-KV rows included (V-A).
     KdaRegimeMislabel,
+    /// §8.2 bug 25 (`rung-slot-budget`): rungs with 2·B above max_num_running_reqs are kept: B parked chains plus B shadows exceed the scheduler's request slots.
     RungSlotBudget,
 }
 
 /// One mutant's catalog entry.
 pub struct BugInfo {
+    /// The mutant.
     pub mutant: BugMutant,
+    /// Its `--mutant` name.
     pub name: &'static str,
     /// The bug's number in dynamo_fpm.md §8.2.
     pub bug: u32,
+    /// Where the bug lives: the planner (in the plan) or the engine (needs `--mutant` on replay).
     pub site: Site,
     /// The invariant that must catch it.
     pub invariant: InvariantId,
@@ -62,6 +88,7 @@ pub struct BugInfo {
 
 use BugMutant as M;
 
+/// Every seed-bug mutant, in bug order.
 pub const BUGS: &[BugInfo] = &[
     BugInfo {
         mutant: M::ShadowTailNotReserved,
@@ -242,11 +269,13 @@ pub const BUGS: &[BugInfo] = &[
 ];
 
 impl BugMutant {
+    /// Its catalog entry.
     pub fn info(self) -> &'static BugInfo {
         BUGS.iter()
             .find(|b| b.mutant == self)
             .expect("every mutant has an entry")
     }
+    /// Its `--mutant` name.
     pub fn name(self) -> &'static str {
         self.info().name
     }
@@ -255,8 +284,11 @@ impl BugMutant {
 /// Any mutant `--mutant` accepts: a seed bug, a block-pool model bug or a slip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mutant {
+    /// A seed bug of Dynamo's planner.
     Bug(BugMutant),
+    /// A block-pool model bug (kvsim's own model, `core/src/kv/mutant.rs`).
     Model(ModelMutant),
+    /// A contributor's slip in kvsim (`core/src/slips.rs`).
     Slip(SlipMutant),
 }
 
@@ -268,6 +300,7 @@ impl Mutant {
         v.extend(SlipMutant::ALL.into_iter().map(Mutant::Slip));
         v
     }
+    /// Its `--mutant` name.
     pub fn name(self) -> &'static str {
         match self {
             Mutant::Bug(b) => b.name(),
@@ -299,12 +332,14 @@ impl Mutant {
             Mutant::Slip(s) => s.in_engine(),
         }
     }
+    /// The seed bug, if it is one.
     pub fn bug(self) -> Option<BugMutant> {
         match self {
             Mutant::Bug(b) => Some(b),
             Mutant::Model(_) | Mutant::Slip(_) => None,
         }
     }
+    /// The model mutant, if it is one.
     pub fn model(self) -> Option<ModelMutant> {
         match self {
             Mutant::Model(m) => Some(m),

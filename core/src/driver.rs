@@ -13,15 +13,20 @@ use crate::plan::{FaultSpec, Plan, PlanOp};
 /// Where an op sits in a plan: its step, its rank and its index in the rank's op list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct OpAt {
+    /// Plan step.
     pub step: u64,
+    /// Rank.
     pub rank: u32,
+    /// Index of the op in the rank's step.
     pub index: usize,
 }
 
 /// Whether the run goes on after an op or a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
+    /// Go on.
     Continue,
+    /// Stop the run here.
     Stop,
 }
 
@@ -29,9 +34,15 @@ pub enum Flow {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Driven {
     /// Every step ran; the last step number (0 for a plan without steps).
-    Finished { last_step: u64 },
+    Finished {
+        /// The last step run.
+        last_step: u64,
+    },
     /// An observer stopped the run in this step.
-    Stopped { step: u64 },
+    Stopped {
+        /// The step the observer stopped in.
+        step: u64,
+    },
 }
 
 /// What an executor does around each op and step. Only `after_op` is required.

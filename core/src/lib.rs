@@ -1,5 +1,8 @@
 //! kvsim-core: the pure model. No I/O, no clocks, no threads.
 
+// Every public item is documented: this is a library others build on (issue 22).
+#![warn(missing_docs)]
+
 pub mod bugs;
 pub mod device;
 pub mod driver;

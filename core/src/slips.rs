@@ -9,15 +9,24 @@ use std::fmt;
 use crate::invariants::InvariantId;
 use crate::kv::ManagerSlip;
 
+/// A slip: a small mistake a contributor could make in kvsim itself, as a mutant (spec/mutants.md, "Slips").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SlipMutant {
+    /// `salt-ignored`: new requests are hashed without their cache salt (vLLM mixes it into the first block's key).
     SaltIgnored,
+    /// `coordinate-off-by-one`: the native planner prefills every request to ctx instead of ctx - 1, so each point reads one token more per request than its coordinate.
     CoordinateOffByOne,
+    /// `window-edge-kept`: remove_skipped_blocks frees one block fewer than left the window (skipped // block_size - 1).
     WindowEdgeKept,
+    /// `align-states-kept`: remove_skipped_blocks is not run for align-mode Mamba groups, so old state blocks are never freed.
     AlignStatesKept,
+    /// `free-order-reversed`: a deferred free hands its detached blocks to free_blocks head first instead of reversed (tail first).
     FreeOrderReversed,
+    /// `fence-released-early`: the deferred-free fence releases the frees of the step after the last processed one (processed + 1).
     FenceReleasedEarly,
+    /// `in-flight-ignored`: allocate_slots frees what left each window below the computed tokens, forgetting the tokens still in flight under async scheduling (vLLM frees below the processed ones).
     InFlightIgnored,
+    /// `reset-ignores-held`: reset_prefix_cache clears the prefix cache even while blocks are in use (vLLM refuses it).
     ResetIgnoresHeld,
 }
 
@@ -34,8 +43,11 @@ pub enum SlipSite {
 
 /// One slip's row.
 pub struct SlipInfo {
+    /// The slip.
     pub slip: SlipMutant,
+    /// Its `--mutant` name.
     pub name: &'static str,
+    /// Where it lives.
     pub site: SlipSite,
     /// The invariant that must catch it.
     pub invariant: InvariantId,
@@ -43,6 +55,7 @@ pub struct SlipInfo {
     pub cause: &'static str,
 }
 
+/// Every slip, one row each.
 pub const SLIPS: [SlipInfo; 8] = [
     SlipInfo {
         slip: SlipMutant::SaltIgnored,
@@ -103,6 +116,7 @@ pub const SLIPS: [SlipInfo; 8] = [
 ];
 
 impl SlipMutant {
+    /// Every slip.
     pub const ALL: [SlipMutant; 8] = [
         SlipMutant::SaltIgnored,
         SlipMutant::CoordinateOffByOne,
@@ -114,10 +128,12 @@ impl SlipMutant {
         SlipMutant::ResetIgnoresHeld,
     ];
 
+    /// Its row.
     pub fn info(self) -> &'static SlipInfo {
         SLIPS.iter().find(|s| s.slip == self).expect("every slip has a row")
     }
 
+    /// Its `--mutant` name.
     pub fn name(self) -> &'static str {
         self.info().name
     }

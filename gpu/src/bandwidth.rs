@@ -16,14 +16,23 @@ use crate::reference::{decode_attention, rel_error};
 /// One benchmark shape: one group, `batch` requests of `ctx_tokens` positions each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// The shape's name.
     pub name: &'static str,
+    /// The group kind.
     pub kind: GroupKind,
+    /// Requests.
     pub batch: u32,
+    /// Context tokens per request.
     pub ctx_tokens: u32,
+    /// Layers.
     pub layers: u32,
+    /// KV heads.
     pub kv_heads: u32,
+    /// Query heads.
     pub q_heads: u32,
+    /// Head dimension.
     pub head_dim: u32,
+    /// Tokens per block.
     pub block_size_tokens: u32,
 }
 
@@ -166,6 +175,7 @@ impl Shape {
         u64::from(self.batch) * u64::from(self.attended_tokens()) * self.group(1).kv_bytes_per_position()
     }
 
+    /// Positions each request attends.
     pub fn attended_tokens(&self) -> u32 {
         let r = self.kind.attend_range(self.ctx_tokens);
         r.end - r.start
@@ -243,17 +253,27 @@ pub const VARIANTS: [(&str, &str, Option<u32>); 3] = [
 /// One row of the table.
 #[derive(Clone, Debug)]
 pub struct BandwidthRow {
+    /// The shape.
     pub shape: Shape,
+    /// The kernel variant.
     pub variant: &'static str,
+    /// Tokens per split.
     pub split_tokens: u32,
+    /// Splits.
     pub nsplit: u32,
+    /// K/V bytes read.
     pub kv_bytes: u64,
+    /// Median time (µs).
     pub median_us: f64,
+    /// Bandwidth (GB/s).
     pub gbps: f64,
+    /// A device copy's bandwidth (GB/s).
     pub copy_gbps: f64,
     /// Bandwidth of a copy moving as many bytes (read + written) as the decode reads.
     pub same_copy_gbps: f64,
+    /// Content violations.
     pub violations: usize,
+    /// Rows verified.
     pub rows_verified: u64,
     /// Relative error of request 0's output against the f64 reference (heuristic split only).
     pub ref_rel_err: Option<f64>,

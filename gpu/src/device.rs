@@ -12,10 +12,15 @@ use std::sync::Arc;
 /// What the device and its software are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
+    /// The device's name.
     pub name: String,
+    /// Compute capability (major, minor).
     pub compute_capability: (i32, i32),
+    /// SMs.
     pub sm_count: u32,
+    /// L2 cache bytes.
     pub l2_bytes: u64,
+    /// Device memory bytes.
     pub total_mem_bytes: u64,
     /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
     pub driver_cuda_version: i32,
@@ -108,7 +113,9 @@ pub fn nvrtc_version() -> Result<(i32, i32), GpuError> {
 pub struct CompiledModule {
     /// Cubin for `sm_90` (or PTX, NUL-terminated, when NVRTC gave no cubin).
     pub image: Vec<u8>,
+    /// Whether NVRTC produced a cubin (else PTX).
     pub is_cubin: bool,
+    /// The compile log.
     pub log: String,
 }
 

@@ -20,10 +20,20 @@ pub enum GpuError {
     LayoutMismatch,
     /// NVRTC rejected a kernel.
     #[error("NVRTC failed to compile {name}: {log}")]
-    Compile { name: String, log: String },
+    Compile {
+        /// The kernel.
+        name: String,
+        /// NVRTC's log.
+        log: String,
+    },
     /// The pools and buffers do not fit.
     #[error("out of device memory: need {need_bytes} bytes, {free_bytes} free")]
-    OutOfMemory { need_bytes: u64, free_bytes: u64 },
+    OutOfMemory {
+        /// Bytes needed.
+        need_bytes: u64,
+        /// Bytes free.
+        free_bytes: u64,
+    },
     /// A CUDA driver call failed.
     #[error("CUDA driver error: {0:?}")]
     Driver(#[from] DriverError),

@@ -12,6 +12,9 @@
 //! The crate builds and its tests pass without CUDA: the driver and NVRTC are loaded at run
 //! time, and device tests print `skipped: no CUDA device (reason)`.
 
+// Every public item is documented: this is a library others build on (issue 22).
+#![warn(missing_docs)]
+
 pub mod bandwidth;
 pub mod device;
 #[cfg(test)]

@@ -20,11 +20,17 @@ pub const REL_TOL: f64 = 1e-2;
 
 /// Group ids of [`layout`].
 pub const G_FULL: GroupId = GroupId(0);
+/// Sliding-window group.
 pub const G_SWA: GroupId = GroupId(1);
+/// Chunked-local group.
 pub const G_CHUNKED: GroupId = GroupId(2);
+/// MLA group.
 pub const G_MLA: GroupId = GroupId(3);
+/// Recurrent-state group.
 pub const G_STATE: GroupId = GroupId(4);
+/// Full attention, head dim 256.
 pub const G_FULL_D256: GroupId = GroupId(5);
+/// Full attention, 32 query heads per KV head.
 pub const G_FULL_G32: GroupId = GroupId(6);
 /// Sliding window over 4-token blocks with head dim 8 (the generic kernel's shape).
 pub const G_SMALL: GroupId = GroupId(7);
@@ -380,7 +386,9 @@ pub fn corrupted_program(seed: u32) -> (GpuProgram, Vec<ExpectedViolation>) {
 /// What the self-check found.
 #[derive(Clone, Debug, Default)]
 pub struct SelfCheckOutcome {
+    /// The report's lines.
     pub lines: Vec<String>,
+    /// Failures.
     pub failures: Vec<String>,
 }
 

@@ -8,15 +8,18 @@ use serde_json::Value;
 /// The first op where kvsim and the reference disagree.
 #[derive(Debug, Clone)]
 pub struct Divergence {
+    /// The trace.
     pub trace: PathBuf,
     /// Line number in the observation file (0 = init line).
     pub line: usize,
+    /// kvsim's line.
     pub expected: String,
+    /// The reference's line.
     pub actual: String,
 }
 
 /// Lines are equal when byte-equal, or equal as JSON once `message` is dropped
-/// (messages are informational; FORMAT.md §4).
+/// (messages are informational; kvtrace-format.md §4).
 fn same_line(a: &str, b: &str) -> bool {
     if a == b {
         return true;

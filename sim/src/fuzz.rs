@@ -15,18 +15,28 @@ use crate::exec::run_plan;
 /// A panic found by the fuzzer, with the input that caused it.
 #[derive(Debug, Clone)]
 pub struct Crash {
+    /// The iteration.
     pub iteration: u64,
+    /// What was fuzzed.
     pub target: &'static str,
+    /// The input.
     pub input: String,
+    /// The panic message.
     pub message: String,
 }
 
+/// What a fuzz run did.
 #[derive(Debug, Clone, Default)]
 pub struct FuzzSummary {
+    /// Iterations.
     pub iterations: u64,
+    /// Plans accepted.
     pub plans_accepted: u64,
+    /// Plans run clean.
     pub plans_executed_clean: u64,
+    /// Traces replayed.
     pub traces_replayed: u64,
+    /// Panics found.
     pub crashes: Vec<Crash>,
 }
 

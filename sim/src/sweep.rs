@@ -11,9 +11,13 @@ use kvsim_core::plan::Plan;
 
 use crate::exec::{plan_hash, run_plan_opts, RunOptions, RunReport};
 
+/// A sweep planned and run.
 pub struct SweepRun {
+    /// The plan.
     pub plan: Plan,
+    /// The planner's record.
     pub meta: BenchmarkMeta,
+    /// The run's report.
     pub report: RunReport,
     /// One per attention-DP rank; empty when the run stopped at a violation.
     pub artifacts: Vec<RankArtifact>,
@@ -28,6 +32,7 @@ pub fn artifacts_for(plan: &Plan, report: &RunReport) -> Option<Vec<RankArtifact
         .then(|| build_artifacts(plan, &meta, &plan_hash(plan), report.sim_time_ns))
 }
 
+/// Plan and run `s`'s sweep with `strategy` (the gate's when `None`).
 pub fn run_sweep(s: &BuiltinScenario, strategy: Option<Strategy>) -> Result<SweepRun, SweepError> {
     run_sweep_with(s, strategy, &SweepOptions::default(), &mut |_, _| {})
 }

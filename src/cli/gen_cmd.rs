@@ -1,4 +1,4 @@
-//! `kvsim gen-traces`: write seeded random kvtrace/1 files (FORMAT.md §5 layouts).
+//! `kvsim gen-traces`: write seeded random kvtrace/1 files (kvtrace-format.md §5 layouts).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -30,10 +30,12 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "kvsim", version, about)]
 pub struct Cli {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// The main job: property suites over every built-in scenario, coverage goals,
@@ -58,8 +60,9 @@ pub enum Command {
     Fuzz(fuzz_cmd::FuzzArgs),
     /// Run a built-in scenario's benchmark sweep on the simulator; write its artifact.
     Sweep(sweep_cmd::SweepArgs),
-    /// List the built-in scenarios, one a line, name first.
-    Scenarios,
+    /// List the built-in scenarios, one a line, name first; `--show NAME` prints one as a
+    /// scenario file (a template for `--scenario-file`).
+    Scenarios(sweep_cmd::ScenariosArgs),
     /// Measure kvtrace replay throughput (ops/s) over a directory of traces.
     BenchTraces(bench_cmd::BenchArgs),
     /// Predict a plan's device times on the GPU backend with the cost model (docs/timing.md).
@@ -132,6 +135,7 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// The process exit code: 2 for bad input, 1 for a failed check or output.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,
@@ -147,6 +151,7 @@ pub fn say(line: impl std::fmt::Display) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A file's text; an unreadable file is an input error naming it.
 pub fn read_file(path: &std::path::Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))
 }
@@ -163,6 +168,7 @@ pub fn load_plans(paths: &[std::path::PathBuf]) -> Result<Vec<(String, kvsim_cor
         .collect()
 }
 
+/// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check(a) => check_cmd::run(a),
@@ -175,7 +181,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Invariants(a) => schema_cmd::run_invariants(a),
         Command::Fuzz(a) => fuzz_cmd::run(a),
         Command::Sweep(a) => sweep_cmd::run(a),
-        Command::Scenarios => sweep_cmd::run_scenarios(),
+        Command::Scenarios(a) => sweep_cmd::run_scenarios(a),
         Command::BenchTraces(a) => bench_cmd::run(a),
         Command::Predict(a) => predict_cmd::run(a),
         Command::Calibrate(a) => calibrate_cmd::run(a),

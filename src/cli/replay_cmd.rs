@@ -157,7 +157,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
             let fixed = match &a.against {
                 Some(p) => {
                     let text = read_file(p)?;
-                    Some(load_plan(&text).map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?)
+                    Some(load_plan_checked(&text).map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?)
                 }
                 None => None,
             };

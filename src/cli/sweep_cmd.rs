@@ -8,6 +8,7 @@ use std::time::Instant;
 use clap::Args;
 use kvsim_core::fpm::gate::gate;
 use kvsim_core::fpm::planner;
+use kvsim_core::fpm::scenario_file::scenario_file_json;
 use kvsim_core::fpm::scenarios::{builtin_scenarios, validate_scenario};
 
 use super::{say, CliError};
@@ -182,7 +183,20 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run_scenarios() -> Result<ExitCode, CliError> {
+#[derive(Args, Debug)]
+pub struct ScenariosArgs {
+    /// Print this built-in scenario as a scenario file (what `--scenario-file` reads), to copy
+    /// and edit into your own model.
+    #[arg(long, value_name = "NAME")]
+    pub show: Option<String>,
+}
+
+pub fn run_scenarios(a: ScenariosArgs) -> Result<ExitCode, CliError> {
+    if let Some(name) = &a.show {
+        let s = super::scenario_arg::load_scenario(Some(name), None)?;
+        say(scenario_file_json(&s).trim_end())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     for s in builtin_scenarios() {
         let v = gate(&s);
         let native = if v.native { "native" } else { "-" };

@@ -5,7 +5,6 @@
 //! the plan) and persist as regressions.
 
 use kvsim_core::bugs::Mutant;
-use kvsim_core::fpm::gate::Strategy::{Chain, Native, Synthetic};
 use kvsim_core::fpm::scenarios::builtin_scenarios;
 use kvsim_core::plan::load_plan;
 use kvsim_sim::check::case::CaseSpec;
@@ -14,6 +13,7 @@ use kvsim_sim::check::run::{run_case, Verdict};
 use kvsim_sim::check::shrink::{op_count, shrink};
 use kvsim_sim::check::suite::{check, hunt, CheckConfig};
 use kvsim_sim::exec::{run_plan_opts, Outcome, RunOptions};
+use kvsim_sim::strategies::case_spec;
 use kvsim_tests::schema::assert_valid;
 use proptest::prelude::*;
 
@@ -143,64 +143,11 @@ fn every_mutant_is_killed_by_its_invariant_and_its_shrunk_plan_replays() {
     }
 }
 
-/// The case knobs as a proptest strategy: proptest shrinks toward fewer features
+/// A built-in scenario (by index) and the case knobs: kvsim's exported strategy
+/// (`kvsim_sim::strategies::case_spec`), which proptest shrinks toward fewer features
 /// and faults, smaller pools and fewer steps (swarm: each knob switches off).
 fn case_strategy() -> impl Strategy<Value = (usize, CaseSpec)> {
-    let core = (
-        0usize..7,
-        // auto (the gate's choice) first: proptest shrinks toward it.
-        prop::sample::select(vec![None, Some(Native), Some(Chain), Some(Synthetic)]),
-        prop::sample::select(vec![24u64, 32, 48, 64, 96, 128]),
-        2u32..=8,
-        prop::sample::select(vec![8u64, 16, 32, 64, 512]),
-        prop::sample::select(vec![4u64, 8, 16]),
-        prop::sample::select(vec![4u64, 8, 16, 32]),
-        15u32..=130,
-        1u64..=6,
-        any::<(bool, bool, bool, bool, bool, bool)>(),
-    );
-    let faults = (
-        prop::option::of(1u32..100),
-        prop::option::of((0u32..100, 1u64..=4, 0u32..2)),
-        prop::option::of((0u32..70, 0u32..2, 0u32..4)),
-        prop::option::of((0u32..100, 1u32..25, 0u32..2)),
-        prop::option::of((0u32..2, 1u64..=2)),
-        any::<u8>(),
-        2usize..=8,
-        any::<(bool, bool, bool)>(),
-    );
-    (core, faults).prop_map(|(c, f)| {
-        let (scenario, strategy, max_len, max_seqs, batched_tokens, block_size, window, pool_pct, repeats, b) = c;
-        let (timeout_pct, delay_outputs, stage_failure, shrink_pool, message_lag, capture, kv_samples, late) = f;
-        (
-            scenario,
-            CaseSpec {
-                strategy,
-                max_len,
-                max_seqs,
-                batched_tokens,
-                block_size,
-                window,
-                pool_pct,
-                repeats,
-                second_group: b.0,
-                giant: b.1,
-                async_scheduling: b.2,
-                random_kda: b.3,
-                dp2: b.4,
-                timeout_pct,
-                delay_outputs,
-                stage_failure,
-                shrink_pool,
-                message_lag,
-                capture,
-                kv_samples,
-                shared_prompt_content: late.0,
-                retire_in_flight: late.1,
-                reset_probe: late.2,
-            },
-        )
-    })
+    (0usize..7, case_spec())
 }
 
 proptest! {

@@ -116,7 +116,9 @@ pub const STATE_DECAY: f32 = 0.875;
 /// The digest a state row carries: how many tokens it consumed and a fold of their tags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StateDigest {
+    /// Tokens the state consumed.
     pub tokens: u32,
+    /// A fold of their content tags.
     pub checksum: u32,
 }
 

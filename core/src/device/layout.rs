@@ -31,11 +31,17 @@ pub use crate::kv::GroupKind;
 /// `block_size_tokens` is not used on the device.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GroupLayout {
+    /// The cache group's kind.
     pub kind: GroupKind,
+    /// Tokens per block.
     pub block_size_tokens: u32,
+    /// Layers whose KV lives in this group.
     pub layers: u32,
+    /// KV heads per layer (MLA: 1; Mamba: state heads).
     pub kv_heads: u32,
+    /// Query heads per layer.
     pub q_heads: u32,
+    /// Head dimension (MLA: latent width; Mamba: f32 state elements per head).
     pub head_dim: u32,
     /// Blocks in the pool, the null block 0 included.
     pub blocks_total: u32,
@@ -44,15 +50,20 @@ pub struct GroupLayout {
 /// Shape of the mixture-of-experts layer a `Moe` op runs (weights live on the device).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MoeLayout {
+    /// Hidden size.
     pub hidden: u32,
+    /// Expert FFN size.
     pub ffn: u32,
+    /// Routed experts.
     pub experts: u32,
 }
 
 /// Every pool the device holds for one program.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct DeviceLayout {
+    /// One pool layout per cache group, in group order.
     pub groups: Vec<GroupLayout>,
+    /// The MoE layer, if the model has one.
     pub moe: Option<MoeLayout>,
 }
 

@@ -34,20 +34,36 @@ pub const SM90_SMEM_PER_SM: u32 = 233_472;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AttnKernel {
     /// Tensor-core (mma.sync m16n8k16 bf16) kernel: K row-major, V transposed.
-    Mma { head_dim: u32, head_tile: u32 },
+    Mma {
+        /// Head dimension.
+        head_dim: u32,
+        /// Query heads per CTA.
+        head_tile: u32,
+    },
     /// CUDA-core kernel over row-major MLA latents (K = V), for latent widths the tensor-core
     /// latent kernel does not take.
-    Latent { latent_dim: u32, head_tile: u32 },
+    Latent {
+        /// Latent width.
+        latent_dim: u32,
+        /// Query heads per CTA.
+        head_tile: u32,
+    },
     /// Tensor-core kernel over row-major MLA latents (K = V): 32-position tiles staged in
     /// shared memory `stages` deep, up to 16 query heads per CTA as the MMA rows.
     LatentMma {
+        /// Latent width.
         latent_dim: u32,
+        /// Query heads per CTA (the MMA rows).
         head_tile: u32,
+        /// Shared-memory pipeline depth.
         stages: u32,
     },
     /// CUDA-core kernel for K/V shapes the tensor-core kernel does not take (block size not a
     /// multiple of 8, head dim not a multiple of 32); one query head per CTA.
-    Generic { head_dim: u32 },
+    Generic {
+        /// Head dimension.
+        head_dim: u32,
+    },
 }
 
 impl AttnKernel {
@@ -177,7 +193,7 @@ pub fn latent_mma_smem(latent_dim: u32, stages: u32) -> u32 {
 }
 
 /// Pipeline depth of the tensor-core latent kernel: the deepest even count, at most
-/// [`LATENT_MMA_MAX_STAGES`], that fits one CTA (one CTA of two warp groups per SM). Even,
+/// `LATENT_MMA_MAX_STAGES`, that fits one CTA (one CTA of two warp groups per SM). Even,
 /// because stage s must always hold tiles of group s % 2: a group waiting on a stage the other
 /// group still reads could wait two phases early and pass on the parity of an old phase (seen
 /// on the H200 with three stages, when the groups refilled their own stages).
@@ -217,7 +233,9 @@ pub fn largest_divisor_at_most(n: u32, cap: u32) -> u32 {
 /// How a decode's attended range is split across CTAs (flash-decoding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SplitPlan {
+    /// Tokens each CTA attends.
     pub split_tokens: u32,
+    /// CTAs the range is split across.
     pub nsplit: u32,
 }
 

@@ -15,13 +15,16 @@ use std::collections::BTreeSet;
 /// A layout and the steps to run over it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct GpuProgram {
+    /// The pools the program needs.
     pub layout: DeviceLayout,
+    /// The steps, in order.
     pub steps: Vec<GpuStep>,
 }
 
 /// One step: ops run in order, timed together.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct GpuStep {
+    /// Ops of the step, in order.
     pub ops: Vec<GpuOp>,
 }
 
@@ -35,17 +38,36 @@ pub enum GpuOp {
     /// Consume tokens into a recurrent-state block (Mamba / KDA).
     StateUpdate(StateUpdateOp),
     /// Zero blocks (what a freed-and-reset block holds).
-    ZeroBlocks { group: GroupId, blocks: Vec<BlockId> },
+    ZeroBlocks {
+        /// The cache group.
+        group: GroupId,
+        /// Blocks to zero.
+        blocks: Vec<BlockId>,
+    },
     /// Copy whole blocks (copy-on-write); all copies of one op run in parallel.
-    CopyBlocks { group: GroupId, copies: Vec<BlockCopy> },
+    CopyBlocks {
+        /// The cache group.
+        group: GroupId,
+        /// Source and destination of each copy.
+        copies: Vec<BlockCopy>,
+    },
     /// A mixture-of-experts layer over `tokens` (router, top-k, expert GEMMs).
     Moe(MoeOp),
     /// Start of a measurement window (device events and host clock).
-    BeginTimed { point: PointId },
+    BeginTimed {
+        /// The benchmark point measured.
+        point: PointId,
+    },
     /// End of the window opened by `BeginTimed` with the same point.
-    EndTimed { point: PointId },
+    EndTimed {
+        /// The benchmark point measured.
+        point: PointId,
+    },
     /// Host-side work inside a window, modelled as a busy wait of `nanos`.
-    HostWork { nanos: u64 },
+    HostWork {
+        /// Nanoseconds of host work.
+        nanos: u64,
+    },
 }
 
 /// Prefill of one request into one attention group.
@@ -55,16 +77,22 @@ pub enum GpuOp {
 /// is skipped, as vLLM skips slot `-1`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefillOp {
+    /// The request.
     pub req: ReqId,
+    /// The attention group.
     pub group: GroupId,
+    /// Position of the first token written.
     pub start_pos: u32,
+    /// Token ids written (their content tags).
     pub tokens: Vec<u32>,
+    /// The request's block table in the group.
     pub block_table: Vec<BlockId>,
 }
 
 /// A decode batch.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct DecodeOp {
+    /// The requests of the batch.
     pub seqs: Vec<DecodeSeq>,
 }
 
@@ -81,15 +109,20 @@ pub fn prefill_run(ops: &[GpuOp]) -> usize {
 /// `tokens.len()`. Each attention group the request reads has one table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecodeSeq {
+    /// The request.
     pub req: ReqId,
+    /// Token at each position in cache, the current one included.
     pub tokens: Vec<u32>,
+    /// One table per attention group the request reads.
     pub tables: Vec<GroupTable>,
 }
 
 /// A request's block table in one group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupTable {
+    /// The cache group.
     pub group: GroupId,
+    /// Block ids in table order (the null block for positions not kept).
     pub blocks: Vec<BlockId>,
 }
 
@@ -97,18 +130,26 @@ pub struct GroupTable {
 /// and writes the result to `dst_block` (equal to `src_block` for an in-place update).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateUpdateOp {
+    /// The request.
     pub req: ReqId,
+    /// The state group.
     pub group: GroupId,
+    /// Block read.
     pub src_block: BlockId,
+    /// Block written.
     pub dst_block: BlockId,
+    /// Tokens the read state must have consumed.
     pub history: Vec<u32>,
+    /// Tokens consumed now.
     pub tokens: Vec<u32>,
 }
 
 /// One block copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockCopy {
+    /// Source block.
     pub src: BlockId,
+    /// Destination block.
     pub dst: BlockId,
 }
 
@@ -124,8 +165,11 @@ pub struct BlockCopy {
 /// model's hidden state does; all-zero K/V collapses it onto the experts the bias picks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoeOp {
+    /// Token ids routed.
     pub tokens: Vec<u32>,
+    /// Experts per token.
     pub top_k: u32,
+    /// Per token: the request whose attention output routes it, or `HIDDEN_NONE`.
     pub hidden: Vec<u32>,
 }
 

@@ -28,6 +28,7 @@ pub struct PrefixHashes {
 }
 
 impl PrefixHashes {
+    /// Prefix hashes at block size `bs`, none yet.
     pub fn new(bs: u64) -> Self {
         PrefixHashes {
             bs: bs as usize,

@@ -31,6 +31,7 @@ use crate::slips::SlipMutant;
 /// A request the engine knows about.
 #[derive(Clone, Debug)]
 pub struct EngineReq {
+    /// The model's request.
     pub req: Request,
     /// Prefix-cache hit tokens at admission.
     pub hit_tokens: u64,
@@ -51,8 +52,11 @@ pub struct EngineReq {
 /// Outputs of a forward that have not been processed yet.
 #[derive(Clone, Debug)]
 pub struct PendingOutput {
+    /// The step whose forward produced them (`sched_step_seq`).
     pub step_seq: u64,
+    /// The step at whose end they land (later than `step_seq` when outputs are delayed).
     pub land_seq: u64,
+    /// The request.
     pub req: String,
     /// Sampled tokens (none for a partial prefill chunk).
     pub tokens: Vec<u64>,
@@ -63,8 +67,11 @@ pub struct PendingOutput {
 /// Blocks detached by a fenced free, held until their step's outputs are processed.
 #[derive(Clone, Debug)]
 pub struct Deferred {
+    /// The step that freed them (`sched_step_seq`).
     pub step_seq: u64,
+    /// The request freed.
     pub req: String,
+    /// Its blocks, held until that step's outputs are processed.
     pub blocks: Vec<u32>,
 }
 
@@ -74,18 +81,25 @@ pub struct Deferred {
 #[error("{0}")]
 pub struct Mismatch(pub String);
 
+/// One rank: the KV-cache model plus the scheduler-side state Dynamo's planner depends on (fence, placeholders, shadows, CoW retentions, timed windows) and a content tag per block. It states facts (`PlannerEvent`); the checks judge them.
 #[derive(Clone, Debug)]
 pub struct Engine {
+    /// This engine's attention-DP rank.
     pub rank: u32,
+    /// The plan's scenario.
     pub scenario: Scenario,
+    /// The rank's KV-cache manager.
     pub kv: KvCacheManager,
+    /// Live requests by plan name.
     pub requests: BTreeMap<String, EngineReq>,
     next_rid: ReqId,
     /// Incremented at every step start (`sched_step_seq`).
     pub step_seq: u64,
     /// The last step whose outputs were processed (`processed_step_seq`).
     pub processed_seq: u64,
+    /// Blocks of fenced frees, held until their step's outputs are processed.
     pub deferred: Vec<Deferred>,
+    /// Forward outputs not processed yet.
     pub pending_outputs: Vec<PendingOutput>,
     /// Copy-on-write sources holding an extra reference until released.
     pub cow_retained: Vec<u32>,
@@ -135,6 +149,7 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine for `rank` of `scenario`; `Err` when the scenario's KV config is refused.
     pub fn new(scenario: &Scenario, rank: u32) -> Result<Self, Mismatch> {
         Self::with_mutant(scenario, rank, None)
     }

@@ -15,105 +15,163 @@ use crate::plan::{nominal_step_ns, Plan};
 
 use super::artifact_schema as shape;
 
+/// The `kvwarm` block: the warm-up's gate verdict, strategy, stages and counts (dynamo_fpm.md §6.2).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Kvwarm {
+    /// The warm-up flag (`DYN_BENCH_KV_WARMUP`).
     pub enabled: bool,
+    /// The gate's verdict (null when the flag is off).
     pub warm_eligible: Option<bool>,
+    /// Why the gate refused (§5.1), when it did.
     pub skip_reason: Option<String>,
     /// `native_exact_context`, `shared_prefix_chain`, or null (seed 000).
     pub initialization_strategy: Option<String>,
     /// Always null: content is salted synthetic, no dataset is probed.
     #[schemars(with = "()")]
     pub dataset: Option<Value>,
+    /// Per warm-up stage: batch, depth, build time, failures (§6.2).
     #[schemars(with = "Vec<shape::StageEntry>")]
     pub stages: Vec<Value>,
+    /// Decode points measured on real KV.
     pub points_real_kv: u64,
+    /// Decode points that fell back to synthetic KV.
     pub points_fake_fallback: u64,
+    /// Decode points skipped by the gate.
     pub points_gate_skipped: u64,
+    /// `DYN_BENCH_GIANT_KV_THRESHOLD`: from this KV read size a point repeats its steady step (§9.1).
     pub giant_kv_threshold: u64,
+    /// Steady steps a giant point repeats (§9.1).
     pub giant_kv_repeats: u64,
+    /// Points whose warm-up did not fit the pool and fell back (§3.1).
     pub capacity_fallbacks: Vec<CapacityFallback>,
     /// kvsim addition: untimed warm-up prefill tokens (≈ Σ total_kv_read_tokens, seed 000).
     pub untimed_prefill_tokens: u64,
 }
 
+/// `scheduled_requests` of an FPM: what the step scheduled (§6.4).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct ScheduledRequests {
+    /// Requests with prefill tokens in the step.
     pub num_prefill_requests: u64,
+    /// Prefill tokens scheduled.
     pub sum_prefill_tokens: u64,
+    /// Variance of the prefill lengths.
     pub var_prefill_length: f64,
+    /// KV tokens the prefills read.
     pub sum_prefill_kv_tokens: u64,
+    /// Decoding requests in the step.
     pub num_decode_requests: u64,
+    /// KV tokens the decodes read.
     pub sum_decode_kv_tokens: u64,
+    /// Variance of the decodes' KV reads.
     pub var_decode_kv_tokens: f64,
 }
 
+/// One forward-pass metric (FPM): a scheduler step's shape and wall time (§6.4).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Fpm {
+    /// FPM format version.
     pub version: u32,
+    /// The worker that measured it.
     pub worker_id: String,
+    /// The attention-DP rank.
     pub dp_rank: u32,
+    /// The step counter.
     pub counter_id: u64,
+    /// Seconds the step took.
     pub wall_time: f64,
+    /// What the step scheduled.
     pub scheduled_requests: ScheduledRequests,
+    /// What waited in the queues.
     #[schemars(with = "shape::QueuedRequests")]
     pub queued_requests: Value,
+    /// For a giant point: the steady samples its wall time is the upper median of.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kvwarm_giant_median_of: Option<u64>,
+    /// Whether the FPM is a steady step (not the admission step).
     pub kvwarm_steady_sample: bool,
+    /// The measurement record (estimate method, point key, prompt evidence; §6.6).
     #[schemars(with = "shape::BenchmarkMeasurement")]
     pub benchmark_measurement: Value,
 }
 
+/// One measured point with its FPMs (`results[]`).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct ResultRow {
+    /// The benchmark point.
     pub point: BenchmarkPoint,
+    /// How the point's KV was seeded (`real_kv`, `fake_fallback`, `skip:<reason>`, …; §5.2).
     pub kv_seed_regime: String,
+    /// The FPMs kept for the point.
     pub fpms: Vec<Fpm>,
 }
 
-/// A rank artifact (spec/artifact.md); `kvsim schema artifact` prints its JSON Schema.
+/// One rank's benchmark artifact (spec/artifact.md; Dynamo's schema version 2).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct RankArtifact {
+    /// Always 2.
     pub schema_version: u32,
+    /// The warm-up block.
     pub kvwarm: Kvwarm,
+    /// The artifact's type tag.
     pub artifact_type: String,
+    /// `complete`, `partial` or `failed`.
     pub status: String,
+    /// Whether the artifact's measurements are valid.
     pub valid: bool,
+    /// Whether a collector may use it.
     pub usable: bool,
+    /// Why the sweep stopped early (`timeout`), if it did.
     pub stop_reason: Option<String>,
+    /// Whether the timings are valid.
     pub timing_valid: bool,
+    /// The run's id.
     pub run_id: String,
+    /// SHA-256 of the grid.
     pub grid_digest: String,
+    /// Start, end and elapsed times.
     #[schemars(with = "shape::Timing")]
     pub timing: Value,
+    /// This rank and the attention-DP size.
     #[schemars(with = "shape::Dp")]
     pub dp: Value,
+    /// The rank synchronizer's settings.
     #[schemars(with = "shape::Synchronization")]
     pub synchronization: Value,
+    /// Expected, completed and skipped points.
     #[schemars(with = "shape::Coverage")]
     pub coverage: Value,
+    /// The benchmark configuration.
     #[schemars(with = "shape::Config")]
     pub config: Value,
+    /// The scheduler limits the grid was built for.
     #[schemars(with = "shape::Limits")]
     pub limits: Value,
+    /// How recurrent state was initialized.
     #[schemars(with = "shape::RecurrentState")]
     pub recurrent_state: Value,
+    /// How samples are retained.
     #[schemars(with = "shape::MeasurementPolicy")]
     pub measurement_policy: Value,
+    /// How synthetic prompts are made.
     #[schemars(with = "shape::SyntheticPrompts")]
     pub synthetic_prompts: Value,
+    /// Measured points.
     pub results: Vec<ResultRow>,
+    /// Per point, every rank's FPMs (attention DP).
     #[schemars(with = "Vec<shape::IterationGroup>")]
     pub iteration_groups: Vec<Value>,
+    /// Points not measured, with why.
     #[schemars(with = "Vec<shape::SkippedPoint>")]
     pub skipped_points: Vec<Value>,
+    /// Phases with no point.
     pub missing_phases: Vec<String>,
+    /// The error that failed the run, if any.
     pub error: Option<String>,
 }
 

@@ -6,6 +6,7 @@ use crate::kv::{GroupKind, KvConfig, MambaMode};
 /// `_bench_blocks_per_req` over a KV layout.
 #[derive(Clone, Debug)]
 pub struct LayoutNeed {
+    /// The KV config the need is computed for.
     pub config: KvConfig,
     /// Native warm-up: each align-mode state group reserves one more block for the
     /// first decode's partial-tail allocation (seed 000).
@@ -15,6 +16,7 @@ pub struct LayoutNeed {
 }
 
 impl LayoutNeed {
+    /// The need of `config`'s layout.
     pub fn new(config: KvConfig) -> Self {
         LayoutNeed {
             config,
@@ -23,6 +25,7 @@ impl LayoutNeed {
         }
     }
 
+    /// Blocks per group of one request.
     pub fn per_group(&self, q: BlockNeedQuery) -> Vec<u64> {
         self.config
             .groups

@@ -66,6 +66,12 @@ pub fn gate(s: &BuiltinScenario) -> GateVerdict {
     let native = native_layout(s);
     let skip = |r: &str| Some(r.to_string());
     let has_state = s.scenario.model.groups.iter().any(|g| g.kind == GroupKindName::Mamba);
+    let windowed = s
+        .scenario
+        .model
+        .groups
+        .iter()
+        .any(|g| matches!(g.kind, GroupKindName::SlidingWindow | GroupKindName::ChunkedLocal));
     let chain_skip = if s.scenario.model.experts == 0 {
         skip("dense_model_content_insensitive")
     } else if !s.bench.expert_parallel && !s.bench.random_kda {
@@ -74,6 +80,12 @@ pub fn gate(s: &BuiltinScenario) -> GateVerdict {
         skip("prefix_caching_disabled")
     } else if has_state && !s.bench.random_kda {
         skip("hybrid_state_layers_unsupported")
+    } else if windowed {
+        // DECISION (kvsim, not Dynamo's gate): kvsim's chain planner borrows positional
+        // full-attention and MLA groups only (`sweep/chain/registration.rs`), so a layout with a
+        // sliding-window or chunked-local group is not chain-eligible here. Without this its
+        // chain plans failed mid-sweep (a downstream property suite found it: examples/).
+        skip("kvsim_chain_windowed_groups_unsupported")
     } else {
         None
     };
@@ -93,5 +105,32 @@ pub fn auto_strategy(v: &GateVerdict) -> Option<Strategy> {
         Some(Strategy::Chain)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fpm::scenarios::find_scenario;
+
+    #[test]
+    fn windowed_layouts_are_not_chain_eligible_in_kvsims_port() {
+        // gpt-oss-tp (full + sliding window, MoE) under expert parallelism: Dynamo's gate
+        // would allow chains; kvsim's chain planner cannot borrow the window group.
+        let mut s = find_scenario("gpt-oss-tp").unwrap();
+        s.bench.expert_parallel = true;
+        let v = gate(&s);
+        assert!(v.native && !v.chain && v.skip_reason.is_none(), "{v:?}");
+        s.scenario.model.groups[1].kind = GroupKindName::ChunkedLocal;
+        s.scenario.model.groups[1].sliding_window = None;
+        s.scenario.model.groups[1].attention_chunk_size = Some(64);
+        let v = gate(&s);
+        assert_eq!(
+            (v.native, v.chain, v.skip_reason.as_deref()),
+            (false, false, Some("kvsim_chain_windowed_groups_unsupported"))
+        );
+        // Without a window group the same model is chain-eligible.
+        s.scenario.model.groups.truncate(1);
+        assert!(gate(&s).chain);
     }
 }

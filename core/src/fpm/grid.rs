@@ -2,7 +2,7 @@
 //! under which ids — as pure functions of the negotiated capacity and a caller-supplied
 //! per-request block need.
 //!
-//! Behaviour follows `../shared/research/dynamo_fpm.md` §1 (V-A, `instrumented_scheduler.py`
+//! Behaviour follows `spec/research/dynamo_fpm.md` §1 (V-A, `instrumented_scheduler.py`
 //! in ai-dynamo/dynamo): axis helpers (§1.2), capacity (§1.3), prefill grid (§1.4), decode grid
 //! (§1.5), eager warm-up replicas (§1.6), build order / numbering / digest (§1.7), decode repeats
 //! (§1.10 step 4) and the retained-FPM rule (§1.11). Point field names follow §6.1.

@@ -7,5 +7,6 @@ pub mod capacity;
 pub mod gate;
 pub mod grid;
 pub mod planner;
+pub mod scenario_file;
 pub mod scenarios;
 pub mod sweep;

@@ -12,15 +12,19 @@ use crate::plan::{GroupKindName, GroupLayout, ModelLayout, Scenario, SchedulerCo
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BenchSettings {
+    /// Which phases run (`decode` for the built-ins).
     pub mode: BenchmarkMode,
     /// Expert parallelism is on (the shared-chain gate needs it, §5.1 step 3).
     pub expert_parallel: bool,
     /// `randomize_kda_state` (§1.1).
     pub random_kda: bool,
+    /// Decode batch sizes with a CUDA graph.
     pub decode_capture_sizes: Vec<u64>,
+    /// Sample limits per axis (§1.1).
     pub samples: SampleLimits,
     /// `DYN_BENCH_GIANT_KV_THRESHOLD` / `_REPEATS` (§9.1).
     pub giant_kv_threshold: u64,
+    /// Steady steps a giant point repeats.
     pub giant_kv_repeats: u64,
     /// The soft timeout in (simulated) seconds (§1.12).
     pub timeout_seconds: u64,
@@ -46,10 +50,14 @@ pub struct BenchSettings {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinScenario {
+    /// Its name (`kvsim scenarios`, report rows).
     pub name: String,
+    /// One line on what it models.
     #[serde(default)]
     pub description: String,
+    /// The model layout, pool, scheduler, ranks and seed.
     pub scenario: Scenario,
+    /// What the benchmark run adds.
     pub bench: BenchSettings,
 }
 

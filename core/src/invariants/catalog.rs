@@ -6,8 +6,11 @@ use std::fmt;
 
 /// One catalog entry.
 pub struct Invariant {
+    /// The invariant's ID.
     pub id: InvariantId,
+    /// What must hold.
     pub statement: &'static str,
+    /// Where it comes from (research section, seed, bug).
     pub source: &'static str,
     /// The one function that checks it.
     pub checked_in: &'static str,

@@ -16,10 +16,13 @@ pub enum RegimeStamp {
 /// One benchmark row as AR-REGIME reads it.
 #[derive(Clone, Copy, Debug)]
 pub struct RegimeRow<'a> {
+    /// The point.
     pub benchmark_id: u64,
+    /// The rank.
     pub rank: u32,
     /// `kv_seed_regime`
     pub regime: &'a str,
+    /// The stamp on the point's reasons, if any.
     pub stamp: Option<RegimeStamp>,
 }
 

@@ -7,11 +7,14 @@ use super::InvariantId;
 /// A broken invariant: its ID and the part of the state that breaks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// Which invariant.
     pub id: InvariantId,
+    /// What broke, with the numbers.
     pub detail: String,
 }
 
 impl Violation {
+    /// A violation of `id`.
     pub fn new(id: InvariantId, detail: String) -> Self {
         Violation { id, detail }
     }

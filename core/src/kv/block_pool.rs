@@ -15,7 +15,9 @@ pub const NULL_BLOCK: u32 = 0;
 /// A block's primary prefix-cache key and the prefix length it covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHashTag {
+    /// The (hash, group) key.
     pub key: BlockKey,
+    /// Tokens of the prefix the hash covers.
     pub num_tokens: u64,
 }
 
@@ -25,9 +27,11 @@ pub struct BlockHashTag {
 pub struct PoolError {
     /// The Python exception vLLM would raise here (e.g. `ValueError`, `AssertionError`).
     pub kind: &'static str,
+    /// What broke.
     pub message: String,
 }
 
+/// vLLM's `BlockPool`: every block of one rank, the free queue in eviction order, ref counts and the prefix-cache map (lazy eviction, duplicate keys allowed; vllm_kv.md §1).
 #[derive(Clone, Debug)]
 pub struct BlockPool {
     num_blocks: u32,
@@ -61,10 +65,12 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
+    /// A pool of `num_blocks` blocks (block 0 the null block).
     pub fn new(num_blocks: u32, enable_caching: bool) -> Self {
         Self::with_mutant(num_blocks, enable_caching, None)
     }
 
+    /// A pool with a deliberate bug (`ModelMutant`).
     pub fn with_mutant(num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) -> Self {
         // The null block is the first popleft of the fresh queue (§1.4 step 6).
         let first = if mutant == Some(ModelMutant::HandOutNullBlock) {
@@ -94,22 +100,27 @@ impl BlockPool {
         }
     }
 
+    /// Blocks, the null block included.
     pub fn num_blocks(&self) -> u32 {
         self.num_blocks
     }
 
+    /// Prefix caching on.
     pub fn enable_caching(&self) -> bool {
         self.enable_caching
     }
 
+    /// Blocks in the free queue (cached ones with no holder included).
     pub fn num_free_blocks(&self) -> usize {
         self.free.len()
     }
 
+    /// The block's reference count.
     pub fn ref_cnt(&self, id: u32) -> u32 {
         self.ref_cnt[id as usize]
     }
 
+    /// The block's primary prefix-cache key, if it has one.
     pub fn block_hash(&self, id: u32) -> Option<BlockHashTag> {
         let i = id as usize;
         (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| BlockHashTag {
@@ -121,10 +132,12 @@ impl BlockPool {
         })
     }
 
+    /// Whether the block is in the free queue.
     pub fn in_free_queue(&self, id: u32) -> bool {
         self.free.contains(id)
     }
 
+    /// The free queue from the eviction head.
     pub fn free_queue(&self) -> impl Iterator<Item = u32> + '_ {
         self.free.iter()
     }
@@ -150,6 +163,7 @@ impl BlockPool {
         self.evictions
     }
 
+    /// Distinct keys in the prefix-cache map.
     pub fn num_cached_keys(&self) -> usize {
         self.cached.len()
     }

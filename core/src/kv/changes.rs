@@ -88,6 +88,7 @@ pub struct ModelChanges {
 }
 
 impl ModelChanges {
+    /// Nothing changed.
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty() && self.keys.is_empty() && self.tables.is_empty()
     }

@@ -9,31 +9,41 @@ use super::spec::{CoordinatorKind, GroupSpec};
 /// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
 #[derive(Clone, Debug)]
 pub struct SpecGroup {
+    /// The shared spec.
     pub spec: GroupSpec,
+    /// Its groups.
     pub group_ids: Vec<u32>,
 }
 
 /// Per-group hit blocks, the agreed hit length, and the longest single-group hit
 /// beyond it (`num_uncached_common_prefix_tokens`).
 pub struct CacheHit {
+    /// Hit blocks per group.
     pub blocks: Vec<Vec<u32>>,
+    /// Tokens every group accepts.
     pub hit_length: u64,
+    /// The longest single-group hit beyond it.
     pub uncached_common_prefix: u64,
     /// The hybrid fixed point re-asked a non-full-attention group at a shorter length than
     /// its first answer: a later group shortened an earlier group's hit (a coverage fact).
     pub fixed_point_reasked: bool,
 }
 
+/// vLLM's KV-cache coordinator (unitary, hybrid fixed point, or no prefix cache; vllm_kv.md §4).
 #[derive(Clone, Debug)]
 pub struct Coordinator {
+    /// Which coordinator.
     pub kind: CoordinatorKind,
+    /// The scheduler block size (the lcm of the group block sizes).
     pub scheduler_block_size: u64,
+    /// The hash block size (their gcd).
     pub hash_block_size: u64,
     /// Hybrid only: spec groups with full-attention specs sorted first.
     pub spec_groups: Vec<SpecGroup>,
 }
 
 impl Coordinator {
+    /// The coordinator of `kind` over `groups`.
     pub fn new(kind: CoordinatorKind, groups: &[GroupSpec], scheduler_block_size: u64, hash_block_size: u64) -> Self {
         let mut spec_groups: Vec<SpecGroup> = Vec::new();
         if kind == CoordinatorKind::Hybrid {
@@ -72,6 +82,7 @@ impl Coordinator {
         }
     }
 
+    /// The longest prefix every group can take from the cache (§4).
     pub fn find_longest_cache_hit(
         &self,
         pool: &BlockPool,

@@ -3,6 +3,7 @@
 
 const NIL: u32 = u32::MAX;
 
+/// vLLM's free-block queue: a doubly linked list over block ids in eviction order, with O(1) removal from the middle.
 #[derive(Clone, Debug)]
 pub struct FreeQueue {
     prev: Vec<u32>,
@@ -43,6 +44,7 @@ impl FreeQueue {
         }
     }
 
+    /// A queue holding `ids` in order, room for `capacity` ids.
     pub fn new(capacity: usize, ids: impl IntoIterator<Item = u32>) -> Self {
         let mut q = FreeQueue {
             prev: vec![NIL; capacity],
@@ -59,22 +61,27 @@ impl FreeQueue {
         q
     }
 
+    /// Blocks queued.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// No block queued.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// A counter bumped on every change.
     pub fn version(&self) -> u64 {
         self.version
     }
 
+    /// Whether `id` is queued.
     pub fn contains(&self, id: u32) -> bool {
         self.linked[id as usize]
     }
 
+    /// Append `id` (the LRU end).
     pub fn push_back(&mut self, id: u32) {
         let i = id as usize;
         if self.linked[i] {
@@ -93,6 +100,7 @@ impl FreeQueue {
         self.version += 1;
     }
 
+    /// Prepend `id` (handed out next).
     pub fn push_front(&mut self, id: u32) {
         let i = id as usize;
         if self.linked[i] {
@@ -150,6 +158,7 @@ impl FreeQueue {
         true
     }
 
+    /// Take the head.
     pub fn pop_front(&mut self) -> Option<u32> {
         let h = self.head;
         if h == NIL {

@@ -2,7 +2,7 @@
 //!
 //! vLLM hashes every full `hash_block_size` chunk of a request's tokens, chained on
 //! the parent hash, with the cache salt as an extra key of the first block only.
-//! Hash values are never observed (kvtrace FORMAT.md §2.2), so any collision-free
+//! Hash values are never observed (kvtrace-format.md §2.2), so any collision-free
 //! chained hash will do: we use xxh3-128 over a fixed byte encoding.
 
 use std::hash::{BuildHasherDefault, Hasher};
@@ -15,7 +15,9 @@ pub type BlockHash = u128;
 /// A prefix-cache key: the same content cached in two groups is two keys (§2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockKey {
+    /// The chained block hash.
     pub hash: BlockHash,
+    /// The cache group.
     pub group: u32,
 }
 

@@ -2,13 +2,22 @@
 //! Nearly always a single block, so up to three are kept inline: caching a
 //! block then allocates nothing.
 
+/// Blocks cached under one key (duplicates allowed): up to three inline.
 #[derive(Clone, Debug)]
 pub enum KeyBlocks {
-    Inline { len: u8, ids: [u32; 3] },
+    /// Up to three, inline.
+    Inline {
+        /// How many.
+        len: u8,
+        /// The ids.
+        ids: [u32; 3],
+    },
+    /// More than three.
     Heap(Vec<u32>),
 }
 
 impl KeyBlocks {
+    /// One block.
     pub fn one(id: u32) -> Self {
         KeyBlocks::Inline {
             len: 1,
@@ -16,6 +25,7 @@ impl KeyBlocks {
         }
     }
 
+    /// The blocks, in insertion order.
     pub fn as_slice(&self) -> &[u32] {
         match self {
             KeyBlocks::Inline { len, ids } => &ids[..*len as usize],
@@ -23,18 +33,22 @@ impl KeyBlocks {
         }
     }
 
+    /// The first inserted (what a lookup returns).
     pub fn first(&self) -> u32 {
         self.as_slice()[0]
     }
 
+    /// Whether `id` is among them.
     pub fn contains(&self, id: u32) -> bool {
         self.as_slice().contains(&id)
     }
 
+    /// No block.
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
 
+    /// Add `id`.
     pub fn push(&mut self, id: u32) {
         match self {
             KeyBlocks::Inline { len, ids } if (*len as usize) < ids.len() => {

@@ -11,8 +11,11 @@ use super::spec::{ConfigError, CoordinatorKind, KvConfig};
 /// The result of `get_computed_blocks`: per-group hit blocks and token counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ComputedBlocks {
+    /// Hit blocks per group.
     pub blocks: Vec<Vec<u32>>,
+    /// Tokens hit.
     pub num_computed_tokens: u64,
+    /// The longest single-group hit beyond them.
     pub shared_prefix_boundary: u64,
     /// The hybrid fixed point re-asked a group at a shorter length (`CacheHit`); never
     /// observed, a coverage fact only.
@@ -30,26 +33,37 @@ impl ComputedBlocks {
 /// Arguments of `allocate_slots` beyond the request (core subset of §5.3).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AllocateArgs<'a> {
+    /// Tokens to allocate slots for.
     pub num_new_tokens: u64,
     /// The pending lookup to adopt (blocks and token count), if any.
     pub hits: Option<&'a ComputedBlocks>,
+    /// Lookahead slots.
     pub num_lookahead_tokens: u64,
+    /// Register the blocks in the prefix cache later.
     pub delay_cache_blocks: bool,
+    /// The whole sequence must fit (admission).
     pub full_sequence_must_fit: bool,
+    /// Blocks to leave free.
     pub reserved_blocks: u64,
 }
 
+/// vLLM 0.33's `KVCacheManager` over one shared pool (vllm_kv.md §5).
 #[derive(Clone, Debug)]
 pub struct KvCacheManager {
+    /// The validated configuration.
     pub config: KvConfig,
+    /// The block pool.
     pub pool: BlockPool,
+    /// One manager per cache group.
     pub groups: Vec<GroupManager>,
+    /// The coordinator.
     pub coordinator: Coordinator,
     /// A deliberate slip (issue 19), off in every real run.
     slip: Option<super::ManagerSlip>,
 }
 
 impl KvCacheManager {
+    /// A manager of `config`; `Err` when vLLM would refuse it.
     pub fn new(config: KvConfig) -> Result<Self, ConfigError> {
         Self::with_mutant(config, None)
     }
@@ -85,14 +99,17 @@ impl KvCacheManager {
         })
     }
 
+    /// The coordinator's kind.
     pub fn coordinator_kind(&self) -> CoordinatorKind {
         self.coordinator.kind
     }
 
+    /// The scheduler block size.
     pub fn scheduler_block_size(&self) -> u64 {
         self.coordinator.scheduler_block_size
     }
 
+    /// The hash block size.
     pub fn hash_block_size(&self) -> u64 {
         self.coordinator.hash_block_size
     }
@@ -102,6 +119,7 @@ impl KvCacheManager {
         self.config.enable_caching.then(|| self.hash_block_size())
     }
 
+    /// Used blocks as a fraction of the pool.
     pub fn usage(&self) -> f64 {
         self.pool.usage()
     }
@@ -198,7 +216,7 @@ impl KvCacheManager {
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         // Blocks that left the window are freed before the capacity check, even if
-        // the allocation then fails (§5.3 step 8; FORMAT.md §6.4).
+        // the allocation then fails (§5.3 step 8; kvtrace-format.md §6.4).
         let in_flight = if self.slip == Some(super::ManagerSlip::InFlightIgnored) {
             0
         } else {
@@ -275,6 +293,7 @@ impl KvCacheManager {
         }
     }
 
+    /// Free blocks that left a window or chunk after `processed` tokens.
     pub fn remove_skipped_blocks(&mut self, req: ReqId, processed: u64) {
         for m in &mut self.groups {
             m.remove_skipped_blocks(&mut self.pool, req, processed);

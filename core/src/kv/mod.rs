@@ -1,5 +1,5 @@
 //! A model of vLLM 0.33.0's KV-cache management, exact in every kvtrace/1
-//! observable (`../shared/research/vllm_kv.md` §0 "core subset").
+//! observable (`spec/research/vllm_kv.md` §0 "core subset").
 
 pub mod block_pool;
 pub mod changes;

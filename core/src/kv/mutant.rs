@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// A deliberate block-pool bug (a model mutant): shows a model invariant can fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ModelMutant {
     /// `touch` adopts a hit without taking a reference → KV-REF.
@@ -19,6 +20,7 @@ pub enum ModelMutant {
 }
 
 impl ModelMutant {
+    /// Every model mutant.
     pub const ALL: [ModelMutant; 5] = [
         ModelMutant::TouchForgetsRef,
         ModelMutant::TouchKeepsFreeQueue,
@@ -27,6 +29,7 @@ impl ModelMutant {
         ModelMutant::HandOutNullBlock,
     ];
 
+    /// Its `--mutant` name.
     pub fn name(self) -> &'static str {
         match self {
             ModelMutant::TouchForgetsRef => "touch-forgets-ref",

@@ -8,6 +8,7 @@ use super::request::ReqId;
 /// Ids below this index the vector (bounding its size); the rest are hashed.
 const DIRECT: usize = 1 << 16;
 
+/// A map keyed by dense request ids.
 #[derive(Clone, Debug)]
 pub struct ReqMap<V> {
     direct: Vec<Option<V>>,
@@ -24,6 +25,7 @@ impl<V> Default for ReqMap<V> {
 }
 
 impl<V> ReqMap<V> {
+    /// The value of `req`.
     pub fn get(&self, req: &ReqId) -> Option<&V> {
         match self.direct.get(*req as usize) {
             Some(slot) => slot.as_ref(),
@@ -32,6 +34,7 @@ impl<V> ReqMap<V> {
         }
     }
 
+    /// The value of `req`, mutably.
     pub fn get_mut(&mut self, req: &ReqId) -> Option<&mut V> {
         match self.direct.get_mut(*req as usize) {
             Some(slot) => slot.as_mut(),
@@ -40,6 +43,7 @@ impl<V> ReqMap<V> {
         }
     }
 
+    /// Whether `req` has a value.
     pub fn contains_key(&self, req: &ReqId) -> bool {
         self.get(req).is_some()
     }
@@ -56,6 +60,7 @@ impl<V> ReqMap<V> {
         self.direct[i].get_or_insert_with(f)
     }
 
+    /// Set `req`'s value; the old one.
     pub fn insert(&mut self, req: ReqId, v: V) -> Option<V> {
         let i = req as usize;
         if i >= DIRECT {
@@ -67,6 +72,7 @@ impl<V> ReqMap<V> {
         self.direct[i].replace(v)
     }
 
+    /// Remove `req`'s value.
     pub fn remove(&mut self, req: &ReqId) -> Option<V> {
         match self.direct.get_mut(*req as usize) {
             Some(slot) => slot.take(),

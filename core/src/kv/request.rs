@@ -8,11 +8,17 @@ pub type ReqId = u32;
 /// `RequestStatus`, restricted to what the core model distinguishes (§6.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RequestStatus {
+    /// Waiting for admission.
     Waiting,
+    /// Admitted and running.
     Running,
+    /// Preempted; its blocks freed.
     Preempted,
+    /// Finished: a stop token.
     FinishedStopped,
+    /// Finished: the length cap.
     FinishedLengthCapped,
+    /// Finished: aborted.
     FinishedAborted,
 }
 
@@ -23,12 +29,16 @@ impl RequestStatus {
     }
 }
 
+/// A request as the KV manager reads it (vLLM's `Request` fields it uses).
 #[derive(Clone, Debug)]
 pub struct Request {
+    /// Its dense id.
     pub id: ReqId,
     /// Prompt plus appended outputs.
     pub tokens: Vec<u64>,
+    /// Prompt tokens.
     pub num_prompt_tokens: u64,
+    /// Tokens with KV computed.
     pub num_computed_tokens: u64,
     /// Scheduled tokens whose output has not been processed (0 in synchronous mode).
     pub num_in_flight_tokens: u64,
@@ -36,15 +46,20 @@ pub struct Request {
     pub num_output_placeholders: u64,
     /// Hashes at `hash_block_size`; empty when prefix caching is off.
     pub block_hashes: Vec<BlockHash>,
+    /// The cache salt (first block only).
     pub cache_salt: Option<String>,
+    /// The longest single-group hit beyond the agreed one (set by lookups).
     pub shared_prefix_boundary: u64,
+    /// Its status.
     pub status: RequestStatus,
+    /// Skip prefix-cache lookups.
     pub skip_reading_prefix_cache: bool,
     /// `None` when caching is off: no hasher, no hashes (§2.5).
     hash_block_size: Option<u64>,
 }
 
 impl Request {
+    /// A waiting request of `prompt`; hashed when `hash_block_size` is given.
     pub fn new(id: ReqId, prompt: Vec<u64>, cache_salt: Option<String>, hash_block_size: Option<u64>) -> Self {
         Self::with_hash_buffer(id, prompt, Vec::new(), cache_salt, hash_block_size)
     }
@@ -78,6 +93,7 @@ impl Request {
         r
     }
 
+    /// Prompt and output tokens.
     pub fn num_tokens(&self) -> u64 {
         self.tokens.len() as u64
     }

@@ -1,4 +1,4 @@
-//! Cache-group specs and the derived block sizes (vllm_kv.md §3, §4.6; FORMAT.md §2.1).
+//! Cache-group specs and the derived block sizes (vllm_kv.md §3, §4.6; kvtrace-format.md §2.1).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MambaMode {
+    /// Mamba without prefix caching: one block per request.
     None,
+    /// Mamba with prefix caching: block-aligned state checkpoints.
     Align,
 }
 
@@ -15,16 +17,23 @@ pub enum MambaMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GroupKind {
+    /// Full attention.
     FullAttention,
     /// Same manager as full attention, but a distinct spec: never merged with it.
     Mla,
+    /// Sliding-window attention.
     SlidingWindow {
+        /// The window in tokens.
         sliding_window: u64,
     },
+    /// Chunked-local attention.
     ChunkedLocal {
+        /// The chunk in tokens.
         attention_chunk_size: u64,
     },
+    /// Recurrent state (Mamba / KDA).
     Mamba {
+        /// `none` or `align`.
         mamba_cache_mode: MambaMode,
     },
 }
@@ -90,6 +99,7 @@ impl GroupKind {
         }
     }
 
+    /// vLLM's name of the kind.
     pub fn name(self) -> &'static str {
         match self {
             GroupKind::FullAttention => "full_attention",
@@ -104,19 +114,25 @@ impl GroupKind {
 /// One KV-cache group as the manager sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GroupSpec {
+    /// The kind.
     pub kind: GroupKind,
+    /// Tokens per block.
     pub block_size: u64,
 }
 
 /// Which coordinator vLLM picks (§4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoordinatorKind {
+    /// Caching off.
     NoPrefixCache,
+    /// One group.
     Unitary,
+    /// Several groups (the fixed-point hit).
     Hybrid,
 }
 
 impl CoordinatorKind {
+    /// Its name in observation lines.
     pub fn name(self) -> &'static str {
         match self {
             CoordinatorKind::NoPrefixCache => "no_prefix_cache",
@@ -131,10 +147,13 @@ impl CoordinatorKind {
 pub struct KvConfig {
     /// Blocks in the shared pool, including the null block 0.
     pub num_blocks: u32,
+    /// Prefix caching on.
     pub enable_caching: bool,
+    /// The model length.
     pub max_model_len: u64,
     /// Feeds the sliding-window and chunked-local admission caps.
     pub max_in_flight_tokens: u64,
+    /// Cache groups, in group-id order.
     pub groups: Vec<GroupSpec>,
     /// `int(watermark * num_blocks)` (§5.2); 0 in kvtrace/1.
     pub watermark_blocks: u64,
@@ -176,6 +195,7 @@ impl KvConfig {
         self.groups.iter().map(|g| g.block_size).fold(0, gcd)
     }
 
+    /// The coordinator vLLM picks.
     pub fn coordinator(&self) -> CoordinatorKind {
         if !self.enable_caching {
             CoordinatorKind::NoPrefixCache
@@ -198,7 +218,7 @@ impl KvConfig {
         }
     }
 
-    /// The checks vLLM's constructors (and kvtrace/1) apply (FORMAT.md §2.1).
+    /// The checks vLLM's constructors (and kvtrace/1) apply (kvtrace-format.md §2.1).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         // DECISION (spec/kvtrace.md): sizes beyond 2^40 tokens are refused as a

@@ -1,6 +1,6 @@
 //! Ops compiled once into typed form: every field is read and checked, and any
 //! `InvalidOp` message built, before replay; request ids are interned. Checks
-//! that need replay state stay in the replayer, in the order FORMAT.md's ops
+//! that need replay state stay in the replayer, in the order kvtrace-format.md's ops
 //! make them, so a compiled op fails exactly as the raw op would.
 
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! The trace's `config` object → `KvConfig` (FORMAT.md §2.1).
+//! The trace's `config` object → `KvConfig` (kvtrace-format.md §2.1).
 
 use serde_json::{Map, Value};
 

@@ -1,4 +1,4 @@
-//! The replayer: scheduler-side request state of FORMAT.md §2.2 and one
+//! The replayer: scheduler-side request state of kvtrace-format.md §2.2 and one
 //! compiled op at a time applied to the model (§3).
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};

@@ -1,4 +1,4 @@
-//! A seeded generator of valid, realistic kvtrace/1 traces (FORMAT.md §5): an FCFS
+//! A seeded generator of valid, realistic kvtrace/1 traces (kvtrace-format.md §5): an FCFS
 //! scheduler emulation driven online against the model, so allocation refusals
 //! lead to preemptions just as they do in vLLM. Same seed ⇒ same trace.
 
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::session::Session;
 
-/// The layouts of FORMAT.md §5, round-robin by trace index.
+/// The layouts of kvtrace-format.md §5, round-robin by trace index.
 pub const LAYOUTS: [&str; 16] = [
     "full",
     "full-nocache",

@@ -1,5 +1,5 @@
 //! kvtrace/1: replay a KV-op trace through the model and print the observation
-//! lines that `../shared/kvtrace/FORMAT.md` defines. Pure: text in, lines out.
+//! lines that `spec/kvtrace-format.md` defines. Pure: text in, lines out.
 
 mod compile;
 mod compiled;
@@ -22,8 +22,10 @@ pub use session::{Session, Step};
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
+    /// Not JSON.
     #[error("not valid JSON: {0}")]
     Json(String),
+    /// Not a kvtrace's shape.
     #[error("not a kvtrace: {0}")]
     Shape(String),
 }

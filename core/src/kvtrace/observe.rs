@@ -1,4 +1,4 @@
-//! Observation lines (FORMAT.md §4) rendered into a caller's buffer. Each state
+//! Observation lines (kvtrace-format.md §4) rendered into a caller's buffer. Each state
 //! section is rendered again only when what it shows may have changed (the
 //! model's change counters, the live set); otherwise it is copied as it is.
 

@@ -13,14 +13,22 @@ pub enum ReplayEnd {
     /// Every op was replayed.
     Completed,
     /// Replay stopped at an error line: `ConfigError`, `InvalidOp` or a model exception.
-    Stopped { index: i64, error: String },
+    Stopped {
+        /// The op's index (-1: the config).
+        index: i64,
+        /// The error kind.
+        error: String,
+    },
 }
 
 /// The observation lines of one replay (without trailing newlines) and how it ended.
 #[derive(Clone, Debug)]
 pub struct Replay {
+    /// The observation lines.
     pub lines: Vec<String>,
+    /// How it ended.
     pub end: ReplayEnd,
+    /// Ops replayed.
     pub ops: usize,
     /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
     pub fixed_point_reasks: u64,

@@ -13,10 +13,13 @@ use crate::kv::{KvCacheManager, ModelMutant, Request};
 
 /// One replayed op: its observation line and, on error, the error kind.
 pub struct Step {
+    /// Its observation line.
     pub line: String,
+    /// The error kind, if it failed.
     pub error: Option<String>,
 }
 
+/// An open replay: ops applied one at a time, the model inspectable between them.
 pub struct Session {
     o: Observed,
     /// Ids seen so far, and the current op's data.
@@ -39,6 +42,7 @@ impl Session {
         })
     }
 
+    /// The init line.
     pub fn init_line(&self) -> String {
         let mut line = String::with_capacity(256);
         render_init(&self.o.r, &self.data, &mut Observer::default(), &mut line);
@@ -68,6 +72,7 @@ impl Session {
         }
     }
 
+    /// The model.
     pub fn kv(&self) -> &KvCacheManager {
         self.o.r.kv()
     }

@@ -34,6 +34,7 @@ pub struct RecordedPoint {
     pub point: u64,
     /// The step it was injected in.
     pub step: u64,
+    /// Requests in the batch.
     pub batch: u64,
     /// Each request's admitted context (one short of the measured one).
     pub context_lengths: Vec<u64>,

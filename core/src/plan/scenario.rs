@@ -9,9 +9,13 @@ use crate::kv::{GroupKind, GroupSpec, KvConfig, MambaMode};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupKindName {
+    /// Full attention.
     FullAttention,
+    /// Multi-head latent attention.
     Mla,
+    /// Sliding-window attention.
     SlidingWindow,
+    /// Chunked-local attention.
     ChunkedLocal,
     /// Recurrent state (Mamba / KDA); "align" mode iff prefix caching is on.
     Mamba,
@@ -21,6 +25,7 @@ pub enum GroupKindName {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupLayout {
+    /// The kind.
     pub kind: GroupKindName,
     /// Tokens per block.
     pub block_size: u64,
@@ -42,6 +47,7 @@ pub struct GroupLayout {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelLayout {
+    /// Cache groups, in group-id order.
     pub groups: Vec<GroupLayout>,
     /// Routed experts per MoE layer (0 = dense).
     #[serde(default)]
@@ -57,9 +63,13 @@ pub struct ModelLayout {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
+    /// vLLM's `max_num_seqs`.
     pub max_num_seqs: u32,
+    /// vLLM's `max_num_batched_tokens`.
     pub max_num_batched_tokens: u64,
+    /// vLLM's `max_model_len`.
     pub max_model_len: u64,
+    /// Prefix caching.
     pub enable_caching: bool,
     /// Asynchronous scheduling: outputs land one step after their forward pass.
     #[serde(default)]
@@ -69,17 +79,22 @@ pub struct SchedulerConfig {
     pub watermark: f64,
 }
 
+/// The scenario part of a plan: model layout, pool, scheduler, ranks and seed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// Its name.
     pub name: String,
+    /// The model.
     pub model: ModelLayout,
     /// Blocks in each rank's pool, including the null block.
     pub pool_blocks: u32,
+    /// The scheduler.
     pub scheduler: SchedulerConfig,
     /// Attention data-parallel ranks stepping in lock-step.
     #[serde(default = "one")]
     pub dp_ranks: u32,
+    /// Seed of synthetic content.
     pub seed: u64,
 }
 

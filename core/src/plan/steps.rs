@@ -6,15 +6,18 @@ use serde::{Deserialize, Serialize};
 use super::scenario::Scenario;
 use super::tokens::Tokens;
 
+/// A `kvsim-plan/1` plan: a scenario plus the steps a planner took (spec/plan.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Always "kvsim-plan/1".
     pub format: String,
+    /// The scenario.
     pub scenario: Scenario,
     /// Faults the executor injects (spec/plan.md §4).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
+    /// The steps.
     pub steps: Vec<Step>,
     /// What the benchmark planner recorded about its points (regimes, timed steps,
     /// prompt evidence); the artifact is rebuilt from it on replay.
@@ -32,9 +35,12 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
+    /// The step number.
     pub step: u64,
+    /// The rank.
     #[serde(default)]
     pub rank: u32,
+    /// Ops, in order.
     pub ops: Vec<PlanOp>,
 }
 
@@ -57,6 +63,7 @@ pub struct Expect {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEntry {
+    /// The request.
     pub req: String,
     /// New tokens computed for this request in this pass.
     pub tokens: u64,
@@ -98,65 +105,101 @@ pub struct ShadowGroup {
     pub num_cached: Option<u64>,
 }
 
+/// One op of a plan (spec/plan.md §3).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PlanOp {
     /// A new request arrives (waiting).
     AddRequest {
+        /// The request's plan name.
         req: String,
+        /// Its prompt.
         prompt: Tokens,
+        /// Its cache salt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_salt: Option<String>,
     },
     /// Admit or continue a request: prefix lookup (waiting requests) + `allocate_slots`.
     Schedule {
+        /// The request.
         req: String,
+        /// Tokens to schedule.
         num_new_tokens: u64,
+        /// Read the prefix cache at admission.
         #[serde(default = "yes")]
         use_prefix_cache: bool,
+        /// The whole sequence must fit (admission).
         #[serde(default)]
         full_sequence_must_fit: bool,
+        /// Register blocks in the prefix cache later.
         #[serde(default)]
         delay_cache_blocks: bool,
+        /// What the planner saw (checked).
         #[serde(default)]
         expect: Expect,
     },
     /// The forward pass: reads every needed KV position, writes the new ones.
-    Forward { batch: Vec<BatchEntry> },
+    Forward {
+        /// Each request's share.
+        batch: Vec<BatchEntry>,
+    },
     /// Outputs of earlier forwards are processed: placeholders land, fenced frees
     /// of processed steps are released. With `lag` = n, only forwards at least n
     /// steps old (the batch queue of async scheduling processes step k after
     /// scheduling step k + 1).
     ProcessOutputs {
+        /// Steps the outputs land late.
         #[serde(default, skip_serializing_if = "is_zero64")]
         lag: u64,
     },
     /// Synthetic ("fake") KV: mark the first `tokens` positions computed without a
     /// forward pass; their blocks hold synthetic content (dynamo_fpm.md §1.10).
-    FakeCompute { req: String, tokens: u64 },
+    FakeCompute {
+        /// The request.
+        req: String,
+        /// Tokens.
+        tokens: u64,
+    },
     /// Register a request's full blocks in the prefix cache (`cache_blocks`).
-    CacheBlocks { req: String, num_tokens: u64 },
+    CacheBlocks {
+        /// The request.
+        req: String,
+        /// Tokens to register.
+        num_tokens: u64,
+    },
     /// Retire through `finish_requests`; fenced frees wait for the step's outputs.
     Finish {
+        /// The request.
         req: String,
+        /// Through the deferred-free fence.
         #[serde(default)]
         fenced: bool,
     },
     /// Preempt a running request (its blocks are freed; it may come back).
-    Preempt { req: String },
+    Preempt {
+        /// The request.
+        req: String,
+    },
     /// Shed a request for good (e.g. a chain at a soft timeout): it is finished
     /// and must never be admitted again.
     Shed {
+        /// The request.
         req: String,
+        /// Through the deferred-free fence.
         #[serde(default)]
         fenced: bool,
     },
     /// Register a shadow of `chain` at `ctx` with `headroom` private tail tokens.
     RegisterShadow {
+        /// The shadow's name.
         shadow: String,
+        /// The chain it borrows.
         chain: String,
+        /// The context it is cut at.
         ctx: u64,
+        /// Steady writes it reserves.
         headroom: u64,
+        /// How its tail gets content.
         tail: TailMode,
         /// Per-group blocks as registered; empty when registration failed.
         groups: Vec<ShadowGroup>,
@@ -174,27 +217,51 @@ pub enum PlanOp {
     /// Release copy-on-write retentions taken by shadow registration.
     ReleaseCow,
     /// Zero blocks of one group.
-    ZeroBlocks { group: u32, blocks: Vec<u32> },
+    ZeroBlocks {
+        /// The cache group.
+        group: u32,
+        /// Blocks.
+        blocks: Vec<u32>,
+    },
     /// Copy one block's content (copy-on-write).
-    CopyBlock { group: u32, src: u32, dst: u32 },
+    CopyBlock {
+        /// The cache group.
+        group: u32,
+        /// Source block.
+        src: u32,
+        /// Destination block.
+        dst: u32,
+    },
     /// `reset_prefix_cache`, with the result the planner saw.
     ResetPrefixCache {
+        /// What the planner saw returned.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<bool>,
     },
     /// Start of a timed measurement window for a benchmark point.
-    BeginTimed { point: u64 },
+    BeginTimed {
+        /// The point.
+        point: u64,
+    },
     /// End of the timed window.
-    EndTimed { point: u64 },
+    EndTimed {
+        /// The point.
+        point: u64,
+    },
     /// This rank injects benchmark point `point` in this step; `replica`: an
     /// eager warm-up replica (dynamo_fpm.md §1.6), run and discarded.
     InjectPoint {
+        /// The point.
         point: u64,
+        /// An eager replica.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         replica: bool,
     },
     /// Host-side bookkeeping (e.g. block registration) that costs wall time.
-    HostWork { label: String },
+    HostWork {
+        /// What.
+        label: String,
+    },
     /// The sweep is over: every block must be back at ref 0, the cache empty.
     EndSweep,
     /// What the recorded planner's KV-cache manager held at the end of a step
@@ -202,7 +269,9 @@ pub enum PlanOp {
     Observe(Box<super::recorded::Observation>),
     /// The recorded planner failed here: it raised, or its sweep never ended.
     PlannerFailed {
+        /// Raised or stalled.
         kind: super::recorded::FailureKind,
+        /// The error.
         error: String,
     },
 }
@@ -216,12 +285,18 @@ fn yes() -> bool {
 #[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultSpec {
     /// The soft deadline passes at this step.
-    SoftTimeout { step: u64 },
+    SoftTimeout {
+        /// The step.
+        step: u64,
+    },
     /// A request is aborted (finish_requests ABORTED) at the start of the step.
     Abort {
+        /// The step.
         step: u64,
+        /// The rank.
         #[serde(default)]
         rank: u32,
+        /// The request.
         req: String,
         /// Its step is in flight under `defer_block_free`: the free waits behind
         /// the fence, as a fenced `finish` does.
@@ -232,33 +307,49 @@ pub enum FaultSpec {
     /// negotiated); with `steps` = k they come back k steps later (blocks held
     /// for a while by something outside the planner).
     ShrinkPool {
+        /// The step.
         step: u64,
+        /// The rank.
         #[serde(default)]
         rank: u32,
+        /// Blocks left usable.
         blocks: u32,
+        /// For how many steps (for good when absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         steps: Option<u64>,
     },
     /// Outputs of forwards in this step land `by` steps late (async placeholders).
     DelayOutputs {
+        /// The step.
         step: u64,
+        /// The rank.
         #[serde(default)]
         rank: u32,
+        /// Steps late.
         by: u64,
     },
     /// The rank's next shadow registration at or after `step` fails locally; with
     /// `after` = n, the (n + 1)-th one (n registrations succeed first).
     StageFailure {
+        /// The step.
         step: u64,
+        /// The rank.
         rank: u32,
+        /// Registrations that succeed first.
         #[serde(default, skip_serializing_if = "is_zero")]
         after: u32,
     },
     /// Messages from `rank` (its point injections) reach the other ranks `steps` steps late.
-    MessageLag { rank: u32, steps: u64 },
+    MessageLag {
+        /// The rank.
+        rank: u32,
+        /// Steps late.
+        steps: u64,
+    },
 }
 
 impl Plan {
+    /// A plan of `scenario` with no steps.
     pub fn new(scenario: Scenario) -> Self {
         Plan {
             format: super::PLAN_FORMAT.into(),

@@ -14,22 +14,37 @@ use crate::kv::hash::{hash_block, FastMap};
 #[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Tokens {
     /// Explicit token ids.
-    Ids { ids: Vec<u64> },
+    Ids {
+        /// The ids.
+        ids: Vec<u64>,
+    },
     /// Salt-seeded synthetic tokens below `vocab`; a shorter draw is a prefix of
     /// a longer one with the same salt (dynamo_fpm.md §3.9).
-    Salted { salt: String, len: u64, vocab: u64 },
+    Salted {
+        /// The salt.
+        salt: String,
+        /// Tokens.
+        len: u64,
+        /// Vocabulary size.
+        vocab: u64,
+    },
     /// CPython 3.11's `random.Random(seed).choices(range(low, high), k=len)`, exactly:
     /// how Dynamo draws its synthetic benchmark prompts (`_bench_synthetic_token_ids`,
     /// seed `"dp{rank}:{salt}"`). A shorter draw is a prefix of a longer one.
     PyChoices {
+        /// The seed string.
         seed: String,
+        /// Tokens.
         len: u64,
+        /// Lowest id.
         low: u64,
+        /// Highest id.
         high: u64,
     },
 }
 
 impl Tokens {
+    /// Tokens.
     pub fn len(&self) -> u64 {
         match self {
             Tokens::Ids { ids } => ids.len() as u64,
@@ -38,6 +53,7 @@ impl Tokens {
         }
     }
 
+    /// No token.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

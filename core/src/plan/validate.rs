@@ -10,13 +10,26 @@ use super::tokens::Tokens;
 /// Why a plan cannot be run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// Not a plan's shape (a missing field, a typo, a wrong type).
     #[error("malformed plan at {path}: {message}")]
-    Malformed { path: String, message: String },
+    Malformed {
+        /// The JSON path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Well-formed but inconsistent (an unknown request, a step out of order, …).
     #[error("inconsistent plan at {path}: {message}")]
-    Inconsistent { path: String, message: String },
+    Inconsistent {
+        /// The JSON path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl PlanError {
+    /// The JSON path at fault.
     pub fn path(&self) -> &str {
         match self {
             PlanError::Malformed { path, .. } | PlanError::Inconsistent { path, .. } => path,

@@ -12,11 +12,17 @@ use cudarc::driver::sys::CUevent_flags;
 /// Result of timing one prepared decode op many times.
 #[derive(Clone, Debug)]
 pub struct DecodeBenchResult {
+    /// Each launch's time (ms).
     pub times_ms: Vec<f32>,
+    /// Their median (ms).
     pub median_ms: f32,
+    /// K/V bytes read per launch.
     pub kv_bytes: u64,
+    /// The split of each group.
     pub splits: Vec<SplitPlan>,
+    /// Content violations.
     pub violations: Vec<Violation>,
+    /// Rows verified.
     pub rows_verified: u64,
     /// With `keep_outputs`: every request's output of the last launch.
     pub outputs: Vec<DecodeOutput>,
@@ -31,8 +37,11 @@ pub struct DecodeBenchResult {
 /// Result of timing a device-to-device copy.
 #[derive(Clone, Debug)]
 pub struct CopyBenchResult {
+    /// Bytes copied.
     pub bytes: u64,
+    /// Each copy's time (ms).
     pub times_ms: Vec<f32>,
+    /// Their median (ms).
     pub median_ms: f32,
     /// Per copy, `iters` copies between one event pair (as `DecodeBenchResult::batch_median_ms`).
     pub batch_median_ms: f32,

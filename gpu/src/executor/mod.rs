@@ -78,16 +78,22 @@ impl Default for ExecOptions {
 /// Device time of one step, and the host time spent issuing it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepTiming {
+    /// The program step.
     pub step: usize,
+    /// Device time (ms).
     pub device_ms: f32,
+    /// Host time issuing it (ns).
     pub host_ns: u64,
 }
 
 /// One measurement window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PointTiming {
+    /// The point.
     pub point: PointId,
+    /// First step of the window.
     pub step_begin: usize,
+    /// Last step.
     pub step_end: usize,
     /// CUDA-event time between `BeginTimed` and `EndTimed`.
     pub device_ms: f32,
@@ -101,21 +107,27 @@ pub struct PointTiming {
 /// Device time of one launching op (`ExecOptions::time_ops`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTiming {
+    /// The program step.
     pub step: usize,
     /// Index in the step's op list. A run of consecutive `Prefill` ops is issued as one
     /// `write_kv` launch per group, timed at the run's first indices (one per group).
     pub op: usize,
     /// What it launched: `write_kv`, `decode`, `state_update`, `zero_blocks`, `copy_blocks`, `moe`.
     pub kind: &'static str,
+    /// Device time (ms).
     pub device_ms: f32,
 }
 
 /// The output of one request's decode over one group.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeOutput {
+    /// The program step.
     pub step: usize,
+    /// The op.
     pub op: usize,
+    /// The group.
     pub group: GroupId,
+    /// The request.
     pub req: ReqId,
     /// Attention output, `[layer][q_head][dim]`.
     pub out: Vec<f32>,
@@ -126,20 +138,28 @@ pub struct DecodeOutput {
 /// How a MoE op routed its tokens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoeRouting {
+    /// The program step.
     pub step: usize,
+    /// The op.
     pub op: usize,
+    /// Tokens each expert got.
     pub tokens_per_expert: Vec<u32>,
 }
 
 /// What a run returns.
 #[derive(Clone, Debug, Default)]
 pub struct ExecReport {
+    /// Per step.
     pub steps: Vec<StepTiming>,
+    /// Per window.
     pub points: Vec<PointTiming>,
+    /// Content violations.
     pub violations: Vec<Violation>,
     /// K/V rows and state rows whose content was checked.
     pub rows_verified: u64,
+    /// Decode outputs (when kept).
     pub decode_outputs: Vec<DecodeOutput>,
+    /// MoE routings.
     pub moe_routes: Vec<MoeRouting>,
     /// With `ExecOptions::time_ops`: every launching op's device time.
     pub op_timings: Vec<OpTiming>,

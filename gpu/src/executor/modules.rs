@@ -14,9 +14,13 @@ use std::sync::Arc;
 /// Registers, local memory (spills) and static shared memory of one kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelResources {
+    /// The kernel module.
     pub name: String,
+    /// Registers per thread.
     pub regs: i32,
+    /// Local memory bytes per thread.
     pub local_bytes: i32,
+    /// Static shared memory bytes.
     pub shared_bytes: i32,
 }
 

@@ -13,14 +13,19 @@ use std::fmt;
 /// A read that did not return what the program says the block holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// The program step.
     pub step: usize,
+    /// The op.
     pub op: usize,
+    /// The request.
     pub req: ReqId,
+    /// The group.
     pub group: GroupId,
     /// The block holding the first mismatched position (the state block for state reads).
     pub block: Option<BlockId>,
     /// The first mismatched position.
     pub position: Option<u32>,
+    /// What went wrong.
     pub kind: ViolationKind,
 }
 
@@ -28,14 +33,34 @@ pub struct Violation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ViolationKind {
     /// K/V rows whose tag is not the one of the planned token at that position.
-    KvContent { mismatched_reads: u32, expected_token: u32 },
+    KvContent {
+        /// Reads that mismatched.
+        mismatched_reads: u32,
+        /// The token expected at the first one.
+        expected_token: u32,
+    },
     /// The kernel read another number of rows than the attended range holds.
-    ReadCount { expected: u64, actual: u64 },
+    ReadCount {
+        /// Rows expected.
+        expected: u64,
+        /// Rows read.
+        actual: u64,
+    },
     /// Every row matched its tag, but the sum of the tags read differs (rows read twice or
     /// from outside the range).
-    Checksum { expected: u64, actual: u64 },
+    Checksum {
+        /// The expected sum.
+        expected: u64,
+        /// The sum read.
+        actual: u64,
+    },
     /// State rows whose digest is not the one of the planned history.
-    StateDigest { mismatched_rows: u32, expected_tokens: u32 },
+    StateDigest {
+        /// Rows that mismatched.
+        mismatched_rows: u32,
+        /// Tokens the state should have consumed.
+        expected_tokens: u32,
+    },
 }
 
 impl fmt::Display for Violation {

@@ -24,8 +24,11 @@ use kvsim_core::plan::{FaultSpec, GroupKindName};
 pub struct CaseSpec {
     /// The planner's strategy; `None` leaves it to the gate (`auto`).
     pub strategy: Option<Strategy>,
+    /// Model length (`max_model_len`).
     pub max_len: u64,
+    /// Request slots (`max_num_seqs`).
     pub max_seqs: u32,
+    /// Token budget per step (`max_num_batched_tokens`).
     pub batched_tokens: u64,
     /// Cap on every group's block size.
     pub block_size: u64,
@@ -33,15 +36,18 @@ pub struct CaseSpec {
     pub window: u64,
     /// Usable pool as a percentage of `max_seqs` full-length requests.
     pub pool_pct: u32,
+    /// Steady steps a giant point repeats.
     pub repeats: u64,
     /// A single-group layout gets a second group of the same kind (attention layers
     /// of two shapes form two cache groups).
     pub second_group: bool,
     /// A low giant-KV threshold (most points giant).
     pub giant: bool,
+    /// Asynchronous scheduling.
     pub async_scheduling: bool,
     /// Random KDA (layouts with a state group only).
     pub random_kda: bool,
+    /// Attention data parallelism with two ranks.
     pub dp2: bool,
     /// Soft timeout at this percentage of the fault-free nominal duration.
     pub timeout_pct: Option<u32>,

@@ -9,27 +9,62 @@ use super::suite::{CheckReport, ScenarioRow, CHECK_FORMAT};
 /// Why a set of reports is not the shards of one run.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {
+    /// No report given.
     #[error("no shard reports given")]
     Empty,
+    /// Not a `kvsim check --json` report.
     #[error("report {index}: format {found:?}, expected {CHECK_FORMAT:?} (a `kvsim check --json` report)")]
-    Format { index: usize, found: String },
+    Format {
+        /// Which report.
+        index: usize,
+        /// Its format.
+        found: String,
+    },
+    /// A `--case` run, not a shard.
     #[error("report {index}: it is a `--case` run, not a shard")]
-    OneCase { index: usize },
+    OneCase {
+        /// Which report.
+        index: usize,
+    },
+    /// A shard that is not K/N.
     #[error("report {index}: shard {found:?} is not K/N with 1 ≤ K ≤ N")]
-    BadShard { index: usize, found: String },
+    BadShard {
+        /// Which report.
+        index: usize,
+        /// Its shard.
+        found: String,
+    },
+    /// A setting differs from report 0's.
     #[error("report {index}: {what} {found} differs from report 0's {expected}")]
     Differs {
+        /// Which report.
         index: usize,
+        /// The setting.
         what: &'static str,
+        /// Its value there.
         found: String,
+        /// Report 0's.
         expected: String,
     },
+    /// A shard given twice.
     #[error("shard {shard} given twice (reports {first} and {second})")]
-    Duplicate { shard: String, first: usize, second: usize },
+    Duplicate {
+        /// The shard.
+        shard: String,
+        /// The first report.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
+    /// Shards no report covers.
     #[error("shards missing: {}", .0.join(", "))]
     Missing(Vec<String>),
+    /// No shard, or more than one, ran the exhaustive pass.
     #[error("report {index}: no shard or more than one ran the exhaustive pass (the last shard runs it)")]
-    Exhaustive { index: usize },
+    Exhaustive {
+        /// Which report.
+        index: usize,
+    },
 }
 
 fn parse_shard(index: usize, s: &str) -> Result<(u64, u64), MergeError> {

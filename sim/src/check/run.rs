@@ -22,19 +22,26 @@ use crate::exec::{run_plan_opts, Outcome, RunOptions};
 pub enum Verdict {
     /// The draw gives no valid scenario, or the strategy does not apply to it.
     NotApplicable {
+        /// Why.
         reason: String,
     },
+    /// Every invariant held.
     Passed,
+    /// An invariant broke.
     Violation {
+        /// Its ID.
         invariant: String,
+        /// What broke.
         detail: String,
     },
     /// The plan disagrees with the model (a planner bug as well).
     Mismatch {
+        /// What differs.
         detail: String,
     },
     /// The planner refused to plan (its own engine rejected its plan).
     PlannerError {
+        /// What the planner said.
         detail: String,
     },
 }
@@ -80,9 +87,14 @@ impl Verdict {
     }
 }
 
+/// What one case showed: its verdict, ops run, coverage events and (failing) plan.
+#[derive(Clone, Debug)]
 pub struct CaseOutcome {
+    /// The verdict.
     pub verdict: Verdict,
+    /// Ops run.
     pub ops: u64,
+    /// Coverage events reached.
     pub events: BTreeMap<String, u64>,
     /// The plan that failed (kept for shrinking).
     pub plan: Option<Plan>,

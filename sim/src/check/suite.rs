@@ -24,12 +24,15 @@ use super::run::{run_case, Verdict};
 use super::shrink::{op_count, shrink};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
 
+/// A `kvsim check` run: seed, cases, shard, scenarios, threads.
 pub struct CheckConfig {
+    /// The run's seed.
     pub seed: u64,
     /// Cases per scenario (before sharding).
     pub cases: u64,
     /// (k, n): this run takes case indices i with i % n == k − 1.
     pub shard: (u64, u64),
+    /// The scenarios, in order (case i is scenario i mod N).
     pub scenarios: Vec<BuiltinScenario>,
     /// Only this case index (to reproduce one case of a report).
     pub only: Option<u64>,
@@ -62,21 +65,31 @@ impl CheckConfig {
     }
 }
 
+/// One scenario's row of the report.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioRow {
+    /// The scenario.
     pub scenario: String,
+    /// Cases drawn.
     pub cases: u64,
+    /// Cases that did not apply.
     pub not_applicable: u64,
     /// Why those cases did not apply (`Verdict::na_reason`), counted.
     pub not_applicable_reasons: BTreeMap<String, u64>,
+    /// Cases that passed.
     pub passed: u64,
+    /// Cases that failed.
     pub failed: u64,
+    /// Ops run.
     pub ops: u64,
     /// Invariants never violated in this scenario's cases, of the catalog's.
     pub invariants_held: usize,
+    /// Invariants in the catalog.
     pub invariants_total: usize,
+    /// Failures by label (invariant ID or kind).
     pub failures: BTreeMap<String, u64>,
+    /// Coverage goals its cases reached.
     pub goals_reached: Vec<String>,
 }
 
@@ -97,39 +110,56 @@ impl ScenarioRow {
     }
 }
 
+/// One failing case.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Failure {
+    /// Its index in the run.
     pub case: u64,
+    /// Its scenario.
     pub scenario: String,
+    /// Its knobs.
     pub spec: CaseSpec,
+    /// Its verdict.
     pub verdict: Verdict,
+    /// Ops of the failing plan.
     pub original_ops: usize,
+    /// Ops after shrinking.
     pub shrunk_ops: usize,
     /// The shrunk plan (written by the CLI).
     #[serde(skip)]
     pub plan: Option<Plan>,
 }
 
+/// The report's format tag.
 pub const CHECK_FORMAT: &str = "kvsim-check/1";
 
-/// `kvsim check --json` (`kvsim schema check`).
+/// A `kvsim check --json` report (`kvsim-check/1`).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckReport {
+    /// `kvsim-check/1`.
     pub format: String,
+    /// The seed.
     pub seed: u64,
+    /// Cases per scenario.
     pub cases_per_scenario: u64,
     /// The scenarios of the run, in order (a shard may have no case of some).
     pub scenario_names: Vec<String>,
+    /// The shard (`K/N`).
     pub shard: String,
     /// The `--case` this report was restricted to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub case: Option<u64>,
+    /// Cases run.
     pub cases_run: u64,
+    /// One row per scenario.
     pub scenarios: Vec<ScenarioRow>,
+    /// Coverage goals: events counted.
     pub goals: BTreeMap<String, u64>,
+    /// Goals never reached.
     pub missed_goals: Vec<String>,
+    /// Failing cases.
     pub failures: Vec<Failure>,
     /// `null` in a report that did not run it (`CheckConfig::runs_exhaustive`).
     pub exhaustive: Option<ExhaustiveSummary>,
@@ -140,10 +170,15 @@ pub struct CheckReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExhaustiveSummary {
+    /// States explored.
     pub states: u64,
+    /// Op sequences covered.
     pub sequences: String,
+    /// The depth.
     pub depth: usize,
+    /// The first violation, if any.
     pub violation: Option<String>,
+    /// The second exhaustive pass, over full attention plus two windows.
     pub hybrid: HybridSummary,
 }
 
@@ -151,9 +186,13 @@ pub struct ExhaustiveSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HybridSummary {
+    /// States explored.
     pub states: u64,
+    /// Op sequences covered.
     pub sequences: String,
+    /// The depth.
     pub depth: usize,
+    /// The first violation, if any.
     pub violation: Option<String>,
     /// The shortest op sequence after which the hybrid coordinator's fixed point re-asked a
     /// group at a shorter hit (the `hybrid-fixed-point` goal), if any.
@@ -227,6 +266,17 @@ impl CheckReport {
     /// The whole run (one shard of one, every case): the goals are enforced on it.
     pub fn is_whole_run(&self) -> bool {
         self.shard == "1/1" && self.case.is_none()
+    }
+
+    /// Whether the coverage goals bind this report: a whole run over every built-in scenario.
+    /// The goals are targets for kvsim's own scenarios; a run over a subset of them or over
+    /// the user's scenario files (`--scenario`, `--scenario-file`) reports them only.
+    pub fn goals_enforced(&self) -> bool {
+        let builtin: Vec<String> = kvsim_core::fpm::scenarios::builtin_scenarios()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        self.is_whole_run() && self.scenario_names == builtin
     }
 }
 
@@ -345,12 +395,17 @@ pub fn check_with(
     }
 }
 
+/// One mutant's row of the hunt.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct MutantRow {
+    /// The mutant.
     pub mutant: String,
+    /// Its §8.2 bug number (seed bugs).
     pub bug: Option<u32>,
+    /// The invariant that must catch it.
     pub expected: String,
+    /// Whether a case caught it with that invariant.
     pub killed: bool,
     /// The invariant that caught it.
     pub invariant: Option<String>,
@@ -359,15 +414,22 @@ pub struct MutantRow {
     /// Cases that failed with another invariant on the way (planner bugs the
     /// mutant exposed elsewhere, or the mutant caught by a different check).
     pub other_findings: BTreeMap<String, u64>,
+    /// The scenario of the first kill.
     pub scenario: Option<String>,
+    /// Its case index.
     pub case: Option<u64>,
+    /// Ops of the failing plan.
     pub original_ops: Option<usize>,
+    /// Ops after shrinking.
     pub shrunk_ops: Option<usize>,
     /// The shrunk plan, reloaded from its JSON and replayed, fails with the same invariant.
     pub replay_reproduces: bool,
+    /// Whether replaying needs `--mutant`.
     pub in_engine: bool,
+    /// Seconds the hunt took (not in `--json`).
     #[serde(skip)]
     pub seconds: f64,
+    /// The shrunk plan.
     #[serde(skip)]
     pub plan: Option<Plan>,
 }

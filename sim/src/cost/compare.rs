@@ -11,19 +11,26 @@ use super::results::{GpuResults, Prediction};
 pub struct PointCmp {
     /// Which pair of files it came from (the scenario name, or the file index).
     pub label: String,
+    /// The point.
     pub point: u64,
+    /// Its batch size.
     pub batch: u64,
     /// Total KV read of its first decode step, in tokens (sum over the batch).
     pub ctx_tokens: u64,
+    /// A decode-only point.
     pub decode_only: bool,
+    /// Predicted device time (µs).
     pub predicted_us: f64,
+    /// Measured device time (µs).
     pub measured_us: f64,
     /// (predicted - measured) / measured, in percent.
     pub error_pct: f64,
     /// The point's retained sample (its last timed step, timed by the device as a step):
     /// predicted and measured device time, and the error in percent.
     pub retained_predicted_us: Option<f64>,
+    /// The retained sample's measured time (µs).
     pub retained_measured_us: Option<f64>,
+    /// The retained sample's error (%).
     pub retained_error_pct: Option<f64>,
 }
 
@@ -31,12 +38,17 @@ pub struct PointCmp {
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Divergence {
+    /// The step's label.
     pub label: String,
     /// Program step index and plan step.
     pub index: usize,
+    /// The step.
     pub step: u64,
+    /// Predicted (µs).
     pub predicted_us: f64,
+    /// Measured (µs).
     pub measured_us: f64,
+    /// Error (%).
     pub error_pct: f64,
 }
 
@@ -44,10 +56,15 @@ pub struct Divergence {
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct PairCmp {
+    /// What was compared.
     pub label: String,
+    /// Per point.
     pub points: Vec<PointCmp>,
+    /// Steps compared.
     pub steps_compared: usize,
+    /// Mean absolute percentage error over the steps.
     pub mape_steps: Option<f64>,
+    /// The first step whose error crosses the threshold.
     pub first_divergence: Option<Divergence>,
 }
 

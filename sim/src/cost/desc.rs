@@ -33,9 +33,13 @@ pub const L2_BYTES: f64 = 40.0 * 1024.0 * 1024.0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
+    /// Tensor-core kernel.
     Mma,
+    /// CUDA-core kernel.
     Generic,
+    /// CUDA-core MLA latent kernel.
     Latent,
+    /// Tensor-core MLA latent kernel.
     LatentMma,
 }
 
@@ -45,6 +49,7 @@ pub enum Family {
 pub struct AttnDesc {
     /// The kernel module (`attn_mma_d128_h4`, ...).
     pub module: String,
+    /// Its kernel family.
     pub family: Family,
     /// Requests in the launch.
     pub seqs: u64,
@@ -54,7 +59,9 @@ pub struct AttnDesc {
     pub ctas: u64,
     /// CTAs resident on the device at once.
     pub resident: u64,
+    /// Splits per request.
     pub nsplit: u32,
+    /// Tokens per split.
     pub split_tokens: u32,
 }
 
@@ -77,9 +84,13 @@ pub enum OpDesc {
     /// One `write_kv` launch: `rows` CTAs (tokens x layers), `elems` K/V elements written;
     /// `latent` for an MLA group (whole latent rows, no transposed V plane).
     WriteKv {
+        /// The group.
         group: u32,
+        /// CTAs (tokens × layers).
         rows: u64,
+        /// K/V elements written.
         elems: u64,
+        /// An MLA group.
         #[serde(default)]
         latent: bool,
     },
@@ -87,45 +98,66 @@ pub enum OpDesc {
     Merged,
     /// Paged decode attention: one launch per group.
     Decode {
+        /// One per group.
         launches: Vec<AttnDesc>,
     },
     /// `state_update`: `serial` = ceil((state dim - 2) / 128) x tokens steps per thread, times
     /// the waves of its (layers x heads) CTAs.
     StateUpdate {
+        /// Serial steps per thread.
         serial: u64,
+        /// Bytes moved.
         bytes: u64,
     },
+    /// Zeroing blocks.
     ZeroBlocks {
+        /// Blocks.
         blocks: u64,
+        /// Bytes written.
         bytes: u64,
     },
     /// `bytes` counts reads and writes.
     CopyBlocks {
+        /// Blocks.
         blocks: u64,
+        /// Bytes.
         bytes: u64,
     },
     /// A MoE layer: memset, router, up and down GEMMs.
     Moe {
+        /// Tokens routed.
         tokens: u64,
+        /// Experts per token.
         top_k: u32,
+        /// Experts.
         experts: u32,
+        /// Hidden size.
         hidden: u32,
+        /// Expert FFN size.
         ffn: u32,
         /// Routed on the attention output (hidden state) rather than token ids.
         hidden_state: bool,
+        /// How tokens were routed.
         routing: Routing,
     },
+    /// A window opens.
     BeginTimed {
+        /// The point.
         point: u64,
     },
+    /// A window closes.
     EndTimed {
+        /// The point.
         point: u64,
     },
     /// Host-side work inside a window (a busy wait on the device machine): the plan op it came
     /// from, the tokens it registers (`cache_blocks`), and the time the lowering measured.
     HostWork {
+        /// The plan op.
         origin: String,
+        /// Tokens it registers.
         tokens: u64,
+        /// Host time the lowering measured.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         measured_ns: Option<u64>,
     },
@@ -176,6 +208,7 @@ pub struct StepDesc {
     pub kv_bytes: u64,
     /// Decodes and writes only one token per request.
     pub decode_only: bool,
+    /// The ops, in order.
     pub ops: Vec<OpDesc>,
 }
 

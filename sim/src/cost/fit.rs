@@ -123,28 +123,39 @@ pub struct Measured {
 /// One run to calibrate on.
 #[derive(Clone, Debug)]
 pub struct Sample {
+    /// The run's name.
     pub name: String,
+    /// Its steps' descriptions.
     pub steps: Vec<StepDesc>,
+    /// Its run mode.
     pub shape: RunShape,
+    /// What was measured.
     pub measured: Measured,
 }
 
 /// Which measurements a row is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum RowKind {
+    /// A step's device time.
     Step,
+    /// A window's time.
     Window,
+    /// One op's time.
     Op,
 }
 
 /// One measured time and its prediction.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// The sample.
     pub sample: usize,
+    /// Which kind of time.
     pub kind: RowKind,
     /// Program step index, point id or (step, op).
     pub at: (usize, usize),
+    /// Measured nanoseconds.
     pub measured_ns: f64,
+    /// The model's linear form of it.
     pub lin: Lin,
     /// For op rows: what the op launched (`decode`, `moe`, ...); weights balance these.
     pub op_kind: &'static str,
@@ -252,11 +263,15 @@ fn loss(rows: &[Row], p: &[f64], start: &[f64], prior: f64) -> f64 {
 /// What [`calibrate`] found.
 #[derive(Clone, Debug)]
 pub struct FitReport {
+    /// The fitted profile parameters.
     pub params: Params,
+    /// Solver iterations.
     pub iterations: usize,
+    /// Rows fitted.
     pub rows: usize,
     /// MAPE (%) per row kind and overall, before and after.
     pub before: Vec<(String, f64)>,
+    /// Parameters after the fit, by name.
     pub after: Vec<(String, f64)>,
 }
 

@@ -47,6 +47,7 @@ pub struct PlanSource<'a> {
 }
 
 impl<'a> PlanSource<'a> {
+    /// A cost model with `profile`.
     pub fn new(profile: &'a Profile) -> Self {
         PlanSource { profile, router: None }
     }
@@ -72,8 +73,11 @@ impl desc::DescSource for PlanSource<'_> {
 /// How a run was (or will be) made: the lowering and the executor options the model replays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunOptions {
+    /// How the plan is lowered.
     pub lowering: LowerOptions,
+    /// Per-op timing events.
     pub time_ops: bool,
+    /// Synchronize at window edges.
     pub sync_windows: bool,
 }
 
@@ -87,6 +91,7 @@ impl Default for RunOptions {
     }
 }
 
+/// The `--synthetic-kv` name.
 pub fn synthetic_kv_name(s: SyntheticKv) -> &'static str {
     match s {
         SyntheticKv::Tokens => "tokens",
@@ -94,6 +99,7 @@ pub fn synthetic_kv_name(s: SyntheticKv) -> &'static str {
     }
 }
 
+/// The `--moe-input` name.
 pub fn moe_input_name(m: MoeInput) -> &'static str {
     match m {
         MoeInput::Token => "token",

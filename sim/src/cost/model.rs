@@ -62,6 +62,7 @@ mod ix {
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lin {
+    /// The constant term.
     pub value: f64,
     /// Coefficient of each parameter (units of it on the path).
     pub coef: Vec<f64>,
@@ -70,6 +71,7 @@ pub struct Lin {
 }
 
 impl Lin {
+    /// Zero.
     pub fn zero() -> Lin {
         Lin {
             value: 0.0,
@@ -150,25 +152,33 @@ pub struct RunShape {
     pub time_ops: bool,
     /// Windows open and close on a synchronised stream.
     pub sync_windows: bool,
+    /// Host work inside windows.
     pub host_work: HostWork,
 }
 
 /// One timed window's predicted times.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowTime {
+    /// The point.
     pub point: u64,
     /// Program step indices where it opened and closed.
     pub step_begin: usize,
+    /// One past its last step.
     pub step_end: usize,
+    /// Device time.
     pub device: Lin,
+    /// Wall time.
     pub wall: Lin,
 }
 
 /// One launching op's predicted device time (between its events with `time_ops`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpTime {
+    /// The step.
     pub step: usize,
+    /// The op.
     pub op: usize,
+    /// Its device time.
     pub device: Lin,
 }
 
@@ -177,6 +187,7 @@ pub struct OpTime {
 pub struct Timeline {
     /// Per program step: device time between its events.
     pub steps: Vec<Lin>,
+    /// Per timed window.
     pub windows: Vec<WindowTime>,
     /// With `time_ops`: per launching op.
     pub ops: Vec<OpTime>,

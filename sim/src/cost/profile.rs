@@ -32,6 +32,7 @@ macro_rules! params {
                 Params { $( $name: $default, )+ }
             }
 
+            /// The parameters as a vector (fit order).
             pub fn to_vec(&self) -> Vec<f64> {
                 vec![$(self.$name),+]
             }
@@ -134,7 +135,9 @@ params! {
 pub struct Profile {
     /// Always "kvsim-profile/1".
     pub format: String,
+    /// The profile's name.
     pub name: String,
+    /// What it describes.
     #[serde(default)]
     pub description: String,
     /// Streaming multiprocessors (the split heuristic and wave counts use it).
@@ -143,6 +146,7 @@ pub struct Profile {
     /// a kernel not listed gets [`Profile::default_resident`].
     #[serde(default)]
     pub resident_ctas: BTreeMap<String, u64>,
+    /// Its parameters.
     pub params: Params,
     /// Where a calibrated profile came from (not part of its hash).
     #[serde(default, skip_serializing_if = "Option::is_none")]

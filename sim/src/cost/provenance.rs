@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 
+/// A profile's `provenance`: what it was fitted on and how well.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Provenance {
@@ -30,6 +31,7 @@ pub struct Provenance {
     start_provenance: Option<Box<Provenance>>,
 }
 
+/// One GPU result the fit used.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct FittedOn {
@@ -38,6 +40,7 @@ pub struct FittedOn {
     run: FittedRun,
 }
 
+/// How that result's run was made.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct FittedRun {
@@ -46,6 +49,7 @@ pub struct FittedRun {
     time_ops: bool,
 }
 
+/// The fit's error on one result file.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct PerFile {

@@ -21,83 +21,128 @@ use super::PREDICT_FORMAT;
 /// How a run was made, as both formats record it.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 pub struct RunInfo {
+    /// `--synthetic-kv`.
     pub synthetic_kv: String,
+    /// `--moe-input`.
     pub moe_input: String,
+    /// `--time-ops`.
     pub time_ops: bool,
+    /// Synchronized windows.
     pub sync_windows: bool,
 }
 
+/// One op's measured time.
 #[derive(Clone, Debug, Deserialize)]
 pub struct MeasuredOp {
+    /// Its index.
     pub op: usize,
+    /// Its kind.
     pub kind: String,
+    /// Device time (µs).
     pub device_us: f64,
 }
 
+/// One step's measured time.
 #[derive(Clone, Debug, Deserialize)]
 pub struct MeasuredStep {
+    /// The step.
     pub step: u64,
+    /// Device time (µs).
     pub device_us: f64,
+    /// Per op (with `--time-ops`).
     #[serde(default)]
     pub ops: Vec<MeasuredOp>,
 }
 
+/// One point's measured window.
 #[derive(Clone, Debug, Deserialize)]
 pub struct MeasuredPoint {
+    /// The point.
     pub point: u64,
+    /// Its first step.
     pub step_begin: Option<u64>,
+    /// Its last step.
     pub step_end: Option<u64>,
+    /// Device time (µs).
     pub device_us: f64,
+    /// Wall time (µs).
     #[serde(default)]
     pub wall_us: Option<f64>,
 }
 
+/// The cost description of the run.
 #[derive(Clone, Debug, Deserialize)]
 pub struct CostSection {
+    /// Description format version.
     pub desc_version: u32,
+    /// SMs.
     pub sm_count: u32,
+    /// Resident CTAs per kernel module.
     #[serde(default)]
     pub resident_ctas: BTreeMap<String, u64>,
+    /// Per step.
     pub steps: Vec<StepDesc>,
 }
 
 /// A GPU replay's results, as far as timing goes.
 #[derive(Clone, Debug, Deserialize)]
 pub struct GpuResults {
+    /// The format tag.
     pub format: String,
+    /// The backend.
     pub backend: String,
+    /// The plan's digest.
     pub plan_hash: String,
+    /// The run mode.
     pub run: RunInfo,
+    /// The cost description.
     pub cost: CostSection,
+    /// Per step.
     pub steps: Vec<MeasuredStep>,
+    /// Per point.
     pub points: Vec<MeasuredPoint>,
 }
 
 /// One predicted step.
 #[derive(Clone, Debug, Deserialize)]
 pub struct PredictedStep {
+    /// The step.
     pub step: u64,
+    /// Predicted device time (µs).
     pub device_us: f64,
+    /// Batch size.
     pub batch: u64,
+    /// Context tokens.
     pub ctx_tokens: u64,
+    /// A decode-only step.
     pub decode_only: bool,
 }
 
 /// One predicted window.
 #[derive(Clone, Debug, Deserialize)]
 pub struct PredictedPoint {
+    /// The point.
     pub point: u64,
+    /// First step.
     pub step_begin: u64,
+    /// Last step.
     pub step_end: u64,
+    /// Device time (µs).
     pub device_us: f64,
+    /// Wall time (µs).
     pub wall_us: f64,
+    /// Batch size.
     pub batch: u64,
+    /// Context tokens.
     pub ctx_tokens: u64,
+    /// KV bytes read.
     pub kv_bytes: u64,
+    /// Decode only.
     pub decode_only: bool,
     /// The point's last timed step (its retained sample) and its predicted device time.
     #[serde(default)]
     pub retained_step: Option<u64>,
+    /// The retained sample's device time (µs).
     #[serde(default)]
     pub retained_device_us: Option<f64>,
 }
@@ -105,13 +150,20 @@ pub struct PredictedPoint {
 /// A `kvsim predict` output.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Prediction {
+    /// The format tag.
     pub format: String,
+    /// The plan's digest.
     pub plan_hash: String,
+    /// The scenario.
     #[serde(default)]
     pub scenario: String,
+    /// The profile used.
     pub profile: serde_json::Value,
+    /// The run mode.
     pub run: RunInfo,
+    /// Per step.
     pub steps: Vec<PredictedStep>,
+    /// Per point.
     pub points: Vec<PredictedPoint>,
 }
 

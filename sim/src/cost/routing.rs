@@ -2,7 +2,7 @@
 //!
 //! With token routing (`MoeInput::Token`) the device's router is a pure function of the token
 //! ids, and it is exact in f32 (bf16 weights `k/2048`, inputs `k/128`, sums below 2^24 ulps), so
-//! [`route_tokens`] replicates it with integers, ties included (lowest expert first, as
+//! [`TokenRouter::route_tokens`] replicates it with integers, ties included (lowest expert first, as
 //! `moe_route` picks). Hidden-state routing depends on the attention output, which the model
 //! does not compute: [`expected_routing`] gives what uniformly random routing would.
 
@@ -83,6 +83,7 @@ pub struct TokenRouter {
 }
 
 impl TokenRouter {
+    /// A router over `experts` experts of hidden size `hidden`.
     pub fn new(experts: u32, hidden: u32) -> TokenRouter {
         let weights = (0..experts)
             .flat_map(|e| (0..hidden).map(move |h| router_byte(e, h, hidden)))

@@ -116,8 +116,11 @@ fn op_tokens(plan: &Plan) -> Vec<String> {
 /// One compared fact.
 #[derive(Debug)]
 pub struct Section {
+    /// What is counted.
     pub name: &'static str,
+    /// kvsim's count.
     pub kvsim: usize,
+    /// Dynamo's count.
     pub dynamo: usize,
     /// `None` when both sides agree; else the first divergence with context.
     pub divergence: Option<String>,

@@ -116,6 +116,7 @@ impl Default for RecordOptions {
 /// A finished recording.
 #[derive(Debug)]
 pub struct Recording {
+    /// The recorded plan.
     pub plan: Plan,
     /// The plan exactly as the harness wrote it.
     pub plan_text: String,
@@ -125,6 +126,7 @@ pub struct Recording {
     pub report: Value,
     /// Seconds the harness spent importing and constructing, then sweeping (stderr only).
     pub setup_seconds: f64,
+    /// Wall seconds the harness ran.
     pub run_seconds: f64,
 }
 
@@ -132,32 +134,57 @@ pub struct Recording {
 /// environment to the CLI (exit 2); a planner that raised is a recording.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The environment is missing.
     #[error(
         "the real planner's environment is not installed ({venv}); install it with: {cmd}",
         venv = env::venv_dir().display(),
         cmd = env::INSTALL_COMMAND
     )]
     NoEnvironment,
+    /// The harness script is missing.
     #[error("the harness script {0} does not exist")]
     NoHarness(PathBuf),
+    /// The planner source is missing.
     #[error("the planner source {0} does not exist")]
     NoPlannerSource(PathBuf),
+    /// A layout the real planner cannot take.
     #[error("the real planner cannot take scenario {scenario}: {reason}")]
-    Layout { scenario: String, reason: String },
+    Layout {
+        /// The scenario.
+        scenario: String,
+        /// Why.
+        reason: String,
+    },
+    /// The harness failed before the planner ran.
     #[error("the harness failed before the planner ran ({stage}): {reason}")]
-    Setup { stage: String, reason: String },
+    Setup {
+        /// The stage.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
+    /// Killed by a signal.
     #[error("the harness was killed ({0}); nothing was recorded")]
     Killed(String),
+    /// Past its time limit (s).
     #[error("the harness did not finish within {0} s and was killed; nothing was recorded")]
     Timeout(u64),
+    /// The harness wrote something unusable.
     #[error("the harness wrote an unusable {what}: {reason}")]
-    BadOutput { what: &'static str, reason: String },
+    BadOutput {
+        /// Which output.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The recording breaks the plan format's bounds (e.g. a prompt longer than
     /// max_model_len): the planner did what no valid plan does — a finding.
     #[error("FINDING PLAN-INVALID: the real planner's recording is outside the plan format: {0}")]
     InvalidPlan(String),
+    /// The persistent worker failed.
     #[error("the harness worker failed: {0}")]
     WorkerDied(String),
+    /// An I/O error.
     #[error("{0}")]
     Io(String),
 }
@@ -171,6 +198,7 @@ impl Drop for TempDir {
     }
 }
 
+/// A fresh temporary directory.
 pub fn temp_dir() -> Result<TempDir, RecordError> {
     let base = std::env::temp_dir();
     for i in 0..1000u32 {

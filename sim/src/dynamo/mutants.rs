@@ -8,14 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use super::env;
 
+/// The mutant files' format tag.
 pub const MUTANT_FORMAT: &str = "kvsim-dynamo-mutant/1";
 
 /// One textual edit: `find` occurs exactly `count` times and becomes `replace`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Edit {
+    /// Text to find.
     pub find: String,
+    /// Its replacement.
     pub replace: String,
+    /// Occurrences expected.
     #[serde(default = "one")]
     pub count: usize,
 }
@@ -28,15 +32,21 @@ fn one() -> usize {
 /// hunt finds its own).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Witness {
+    /// A scenario file the witness runs.
     pub scenario_file: Option<String>,
+    /// Step cost scale.
     #[serde(default)]
     pub clock_scale: Option<f64>,
+    /// Soft timeout (s).
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
+    /// Live state.
     #[serde(default)]
     pub live_state: bool,
+    /// Warm-up on.
     #[serde(default = "yes")]
     pub warmup: bool,
+    /// Other fields, kept.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }
@@ -45,19 +55,29 @@ fn yes() -> bool {
     true
 }
 
+/// A real-planner mutant: a patch to Dynamo's planner restoring a seed bug.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct RealMutant {
+    /// The format tag.
     pub format: String,
+    /// Its name.
     pub name: String,
+    /// Its §8.2 bug.
     pub bug: u32,
+    /// What it breaks.
     pub summary: String,
+    /// Where the fix was.
     #[serde(default)]
     pub fix_site: String,
+    /// The edits.
     pub edits: Vec<Edit>,
+    /// A scenario that shows it.
     #[serde(default)]
     pub witness: Option<Witness>,
+    /// The invariant expected to catch it.
     #[serde(default)]
     pub expect: Option<String>,
+    /// Other fields, kept.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }

@@ -23,6 +23,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(300);
 /// Grace past a request's own timeout before the worker itself is presumed hung.
 const REPLY_GRACE: Duration = Duration::from_secs(30);
 
+/// A persistent harness worker (a forked Python process).
 pub struct Worker {
     child: Child,
     stdin: ChildStdin,

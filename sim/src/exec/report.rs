@@ -12,23 +12,30 @@ use serde_json::{json, Value};
 #[derive(Clone, Debug, Serialize, PartialEq, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Finding {
+    /// The invariant's ID (a violation's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invariant: Option<String>,
+    /// The plan step.
     pub step: u64,
+    /// The rank.
     pub rank: u32,
+    /// The op's index in the rank's step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op_index: Option<usize>,
     /// The op as the plan has it; null when the finding is not at an op (a step's end, the
     /// benchmark record).
     #[schemars(with = "Option<PlanOp>")]
     pub op: Value,
+    /// What broke.
     pub detail: String,
+    /// A state excerpt.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     #[schemars(with = "StateExcerpt")]
     pub state: Value,
 }
 
 impl Finding {
+    /// A finding at `step`, `rank`, op `op_index`.
     pub fn at(step: u64, rank: u32, op_index: Option<usize>, op: Value, detail: String) -> Self {
         Finding {
             invariant: None,
@@ -40,10 +47,12 @@ impl Finding {
             state: Value::Null,
         }
     }
+    /// With the invariant's ID.
     pub fn with_invariant(mut self, id: &str) -> Self {
         self.invariant = Some(id.to_string());
         self
     }
+    /// With a state excerpt.
     pub fn with_state(mut self, state: Value) -> Self {
         self.state = state;
         self
@@ -58,11 +67,14 @@ impl Finding {
     }
 }
 
+/// How a run ended.
 #[derive(Clone, Debug, Serialize, PartialEq, JsonSchema)]
 #[serde(tag = "result", rename_all = "snake_case")]
 #[schemars(deny_unknown_fields)]
 pub enum Outcome {
+    /// Every invariant held.
     Passed,
+    /// An invariant broke.
     Violation(Finding),
     /// The plan disagrees with the model: it cannot have come from this scenario.
     Mismatch(Finding),
@@ -71,17 +83,24 @@ pub enum Outcome {
 /// One line of the JSON-lines op trace.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct TraceEvent {
+    /// Virtual time (ns).
     pub t_ns: u64,
+    /// The step.
     pub step: u64,
+    /// The rank.
     pub rank: u32,
+    /// The op's index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub i: Option<usize>,
+    /// The op.
     #[serde(skip_serializing_if = "Value::is_null")]
     pub op: Value,
+    /// What the model answered.
     pub result: String,
 }
 
 impl TraceEvent {
+    /// An op's line.
     pub fn op(t_ns: u64, step: u64, rank: u32, i: usize, op: &Value, result: String) -> Self {
         TraceEvent {
             t_ns,
@@ -92,6 +111,7 @@ impl TraceEvent {
             result,
         }
     }
+    /// A fault's line.
     pub fn fault(t_ns: u64, step: u64, rank: u32, what: String) -> Self {
         TraceEvent {
             t_ns,
@@ -104,20 +124,29 @@ impl TraceEvent {
     }
 }
 
+/// What a simulator run produced.
 #[derive(Clone, Debug)]
 pub struct RunReport {
+    /// The plan's digest.
     pub plan_hash: String,
+    /// How it ended.
     pub outcome: Outcome,
+    /// Steps run.
     pub steps: u64,
+    /// Ops run.
     pub ops: u64,
+    /// Simulated time (ns).
     pub sim_time_ns: u64,
+    /// The last step run.
     pub last_step: u64,
+    /// The op trace (when kept).
     pub trace: Vec<TraceEvent>,
     /// Rare events reached (coverage goals), by name; not part of the result file.
     pub events: BTreeMap<String, u64>,
 }
 
 impl RunReport {
+    /// An empty report of the plan with this digest.
     pub fn new(plan_hash: String) -> Self {
         RunReport {
             plan_hash,
@@ -131,11 +160,13 @@ impl RunReport {
         }
     }
 
+    /// Stop the clock at `clock`, the run at `step`.
     pub fn finish(&mut self, clock: u64, step: u64) {
         self.sim_time_ns = clock;
         self.last_step = step;
     }
 
+    /// Whether every invariant held.
     pub fn passed(&self) -> bool {
         self.outcome == Outcome::Passed
     }
@@ -174,11 +205,17 @@ pub struct SimResult {
     pub format: String,
     /// `sim`.
     pub backend: String,
+    /// The plan's digest.
     pub plan_hash: String,
+    /// How the run ended.
     pub outcome: Outcome,
+    /// Steps run.
     pub steps: u64,
+    /// Ops applied.
     pub ops: u64,
+    /// Simulated time.
     pub sim_time_ns: u64,
+    /// The clock that gave it.
     pub time_model: String,
 }
 

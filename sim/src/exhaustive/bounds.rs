@@ -19,10 +19,16 @@ pub enum Layout {
     Full,
     /// Full attention plus a sliding window of `sliding_window` tokens, both at
     /// `block_size`: the hybrid coordinator, window frees, null placeholders.
-    FullAndSlidingWindow { sliding_window: u64 },
+    FullAndSlidingWindow {
+        /// The window in tokens.
+        sliding_window: u64,
+    },
     /// Full attention plus two sliding windows of different sizes: a later group's shorter
     /// hit makes the hybrid coordinator re-ask an earlier one (its fixed point).
-    FullAndTwoWindows { windows: [u64; 2] },
+    FullAndTwoWindows {
+        /// The two windows in tokens, in group order.
+        windows: [u64; 2],
+    },
 }
 
 impl Layout {
@@ -39,10 +45,12 @@ impl Layout {
 /// What is explored: the manager, the requests and the depth.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bounds {
+    /// The layout.
     pub layout: Layout,
     /// Blocks in the pool **including the null block 0** (kvtrace's `num_blocks`),
     /// so `num_blocks - 1` are usable; at most `MAX_USABLE_BLOCKS + 1`.
     pub num_blocks: u32,
+    /// Tokens per block.
     pub block_size: u64,
     /// One fixed prompt per request slot, 1 to `MAX_REQUESTS` of them.
     pub prompts: Vec<Vec<u64>>,

@@ -35,6 +35,7 @@ use system::{State, System};
 /// A shortest op sequence ending in a violation or a model exception.
 #[derive(Clone, Debug)]
 pub struct Counterexample {
+    /// The ops.
     pub ops: Vec<Op>,
     /// The same sequence as a complete kvtrace/1 file.
     pub trace: Value,
@@ -44,6 +45,7 @@ pub struct Counterexample {
     pub error: Option<String>,
 }
 
+/// What the exhaustive search found.
 #[derive(Clone, Debug, Default)]
 pub struct ExhaustiveReport {
     /// Distinct states visited, the initial one included.
@@ -63,6 +65,7 @@ pub struct ExhaustiveReport {
     pub max_frontier: usize,
     /// Transitions that raised a model exception (vLLM's replay would stop there).
     pub model_errors: u64,
+    /// The first model error, if any.
     pub first_model_error: Option<Counterexample>,
     /// The shortest op sequence reaching each event that was reached.
     pub reached: BTreeMap<Event, Vec<Op>>,

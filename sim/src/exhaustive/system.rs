@@ -1,5 +1,5 @@
 //! The explored system: one tiny `KvCacheManager` plus the scheduler-side request
-//! state the kvtrace replayer keeps (`core/src/kvtrace/exec.rs`, FORMAT.md §2.2),
+//! state the kvtrace replayer keeps (`core/src/kvtrace/exec.rs`, kvtrace-format.md §2.2),
 //! and the op alphabet over it. Like a stateright model it is a few pure functions
 //! (initial state, enabled ops, apply); the search lives in `mod.rs`.
 
@@ -11,7 +11,7 @@ use kvsim_core::kv::{AllocateArgs, KvCacheManager, KvConfig, ModelMutant, Reques
 pub const REQUEST_NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// The token the toy model emits at position `position` of any sequence, so that
-/// identical histories continue identically (FORMAT.md §5, step 4).
+/// identical histories continue identically (kvtrace-format.md §5, step 4).
 pub fn output_token(position: u64) -> u64 {
     1000 + position
 }
@@ -21,31 +21,43 @@ pub fn output_token(position: u64) -> u64 {
 pub enum Op {
     /// `add_request` with the slot's fixed prompt (a freed slot may be re-added).
     Add {
+        /// The slot.
         req: u8,
     },
     /// `allocate_slots` of `num_new_tokens`. With `lookup` it is an admission:
     /// `get_computed_blocks` first, its hit adopted. `delay` = `delay_cache_blocks`.
     Allocate {
+        /// The slot.
         req: u8,
+        /// Tokens.
         num_new_tokens: u8,
+        /// Admission (a lookup first).
         lookup: bool,
+        /// `delay_cache_blocks`.
         delay: bool,
     },
     /// `commit` of the uncommitted allocation, with the toy model's output token
     /// when the sequence becomes fully computed and may still grow.
     Commit {
+        /// The slot.
         req: u8,
     },
     /// `cache_blocks` up to the request's `num_computed_tokens`.
     CacheBlocks {
+        /// The slot.
         req: u8,
     },
+    /// `preempt`.
     Preempt {
+        /// The slot.
         req: u8,
     },
+    /// `free`.
     Free {
+        /// The slot.
         req: u8,
     },
+    /// `reset_prefix_cache`.
     ResetPrefixCache,
 }
 
@@ -102,6 +114,7 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every event.
     pub const ALL: [Event; 11] = [
         Event::PrefixHit,
         Event::TouchFreeBlock,
@@ -189,7 +202,7 @@ impl System {
                 allocations(out, req, q.num_tokens() - q.num_computed_tokens, false);
             } else {
                 // Waiting or preempted, so without blocks: admission, with a lookup or
-                // skipping the prefix cache (FORMAT.md §5 step 3).
+                // skipping the prefix cache (kvtrace-format.md §5 step 3).
                 debug_assert_eq!(q.num_computed_tokens, 0);
                 let hit = s.kv.get_computed_blocks(q).num_computed_tokens;
                 allocations(out, req, q.num_tokens() - hit, true);

@@ -1,4 +1,4 @@
-//! Op sequences as kvtrace/1 files (`../shared/kvtrace/FORMAT.md`), and their
+//! Op sequences as kvtrace/1 files (`spec/kvtrace-format.md`), and their
 //! replay through `Session` with the model invariants checked after every op.
 
 use kvsim_core::invariants::model::check_model;

@@ -83,8 +83,11 @@ pub struct LowerOptions {
     pub mla_q_heads: u32,
     /// MoE hidden size and expert FFN size (multiples of 256).
     pub moe_hidden: u32,
+    /// Expert FFN size (a multiple of 256).
     pub moe_ffn: u32,
+    /// How synthetic KV is held on the device.
     pub synthetic_kv: SyntheticKv,
+    /// What routes MoE tokens: the token id or the attention output.
     pub moe_input: MoeInput,
 }
 
@@ -104,22 +107,29 @@ impl Default for LowerOptions {
 /// Where a lowered op came from: plan step, rank and op index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct OpRef {
+    /// Plan step.
     pub step: u64,
+    /// Rank.
     pub rank: u32,
+    /// Index of the op in the rank's step.
     pub op_index: usize,
 }
 
 /// A violation the simulator's engine reported while the plan was lowered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimFinding {
+    /// The op.
     pub at: OpRef,
+    /// The invariant's ID.
     pub invariant: String,
+    /// What broke.
     pub detail: String,
 }
 
 /// A plan lowered for the device, with what maps results back to the plan.
 #[derive(Clone, Debug)]
 pub struct LoweredPlan {
+    /// The device program.
     pub program: GpuProgram,
     /// Plan step number of each program step.
     pub steps: Vec<u64>,
@@ -213,6 +223,7 @@ pub enum LowerError {
 
 /// Measures the host work of plan ops for `HostWork`. The lowering itself reads no clock.
 pub trait HostClock {
+    /// Start measuring (called before a host op).
     fn start(&mut self);
     /// Nanoseconds since the last `start`.
     fn elapsed_ns(&mut self) -> u64;

@@ -25,15 +25,20 @@ use serde_json::Value;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// Fails the audit.
     Error,
+    /// Reported only.
     Warning,
 }
 
 /// One check of the catalog.
 #[derive(Clone, Copy, Debug)]
 pub struct Check {
+    /// The check's ID (`AU-…`).
     pub id: &'static str,
+    /// How a finding of it weighs.
     pub severity: Severity,
+    /// What it checks.
     pub what: &'static str,
 }
 
@@ -221,9 +226,13 @@ pub fn check(id: &str) -> &'static Check {
 /// One finding: which check, how it weighs, where (a JSON path) and what.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
+    /// The check's ID.
     pub id: &'static str,
+    /// How it weighs.
     pub severity: Severity,
+    /// Where: a JSON path.
     pub path: String,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -236,14 +245,17 @@ pub struct Report {
     pub consistency_checked: bool,
     /// The artifact's `status`, when it is a string.
     pub status: Option<String>,
+    /// The findings, in check order.
     pub findings: Vec<Finding>,
 }
 
 impl Report {
+    /// Findings that are errors.
     pub fn errors(&self) -> usize {
         self.findings.iter().filter(|f| f.severity == Severity::Error).count()
     }
 
+    /// Findings that are warnings.
     pub fn warnings(&self) -> usize {
         self.findings.iter().filter(|f| f.severity == Severity::Warning).count()
     }
@@ -278,6 +290,7 @@ impl Out {
 pub struct InputError {
     /// A JSON path (`$` for the document itself).
     pub path: String,
+    /// What is wrong there.
     pub message: String,
 }
 

@@ -15,22 +15,32 @@ pub enum Ty {
     Int,
     /// Any JSON number.
     Num,
+    /// A JSON boolean.
     Bool,
+    /// A JSON string.
     Str,
     /// A string from a closed vocabulary (AU-SCHEMA-ENUM).
     Enum(&'static [&'static str]),
     /// A SHA-256 hex digest (AU-SCHEMA-FORMAT).
     Digest,
+    /// Any JSON value.
     Any,
+    /// Any JSON object.
     AnyObject,
+    /// Null or the type.
     Nullable(&'static Ty),
+    /// An array of the type.
     Array(&'static Ty),
+    /// An object with these fields.
     Object(&'static [Field]),
 }
 
+/// One field of an object type.
 #[derive(Clone, Copy, Debug)]
 pub struct Field {
+    /// The field's name.
     pub name: &'static str,
+    /// Its type.
     pub ty: Ty,
     /// Written by every 1.6.1 artifact (an optional field may be absent).
     pub required: bool,
@@ -52,9 +62,13 @@ const fn opt(name: &'static str, ty: Ty) -> Field {
     }
 }
 
+/// `status` values.
 pub const STATUSES: &[&str] = &["complete", "partial", "failed"];
+/// `config.mode` values.
 pub const MODES: &[&str] = &["prefill", "decode", "agg"];
+/// `point_type` values.
 pub const POINT_TYPES: &[&str] = &["prefill", "decode"];
+/// `stop_reason` values.
 pub const STOP_REASONS: &[&str] = &["timeout"];
 
 const NULLABLE_INT: Ty = Ty::Nullable(&Ty::Int);
@@ -359,6 +373,7 @@ pub fn display_path(p: &serde_path_to_error::Path) -> String {
     s
 }
 
+/// Whether `s` is a SHA-256 hex digest.
 pub fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

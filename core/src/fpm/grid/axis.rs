@@ -1,7 +1,7 @@
 //! Axis helpers of the benchmark grid: geometric candidate axes, uniform sampling with retained
 //! endpoints, the CUDA-graph-aware sample limit and exact balanced partitions.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.2 (module-level helpers of
+//! Source: `spec/research/dynamo_fpm.md` §1.2 (module-level helpers of
 //! `instrumented_scheduler.py`: `_powers_of_two_up_to`, `_uniformly_limit_axis`,
 //! `_limit_cudagraph_axis`, `_cudagraph_axis_points`, `_balanced_partition`).
 
@@ -14,26 +14,42 @@ use thiserror::Error;
 pub enum AxisError {
     /// dynamo_fpm.md §1.2: `_uniformly_limit_axis` requires `max_samples ≥ 2`.
     #[error("uniform axis sample limit must be at least 2, got {max_samples}")]
-    SampleLimitTooSmall { max_samples: usize },
+    SampleLimitTooSmall {
+        /// The limit given.
+        max_samples: usize,
+    },
 }
 
 /// Why an exact balanced partition does not exist (dynamo_fpm.md §1.2 `_balanced_partition`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum PartitionError {
+    /// No slots.
     #[error("partition count must be positive")]
     ZeroCount,
+    /// A unit of 0.
     #[error("partition unit must be positive")]
     ZeroUnit,
+    /// The total is not a multiple of the unit.
     #[error("partition total {total} is not a multiple of unit {unit}")]
-    NotMultipleOfUnit { total: u64, unit: u64 },
+    NotMultipleOfUnit {
+        /// The total.
+        total: u64,
+        /// The unit.
+        unit: u64,
+    },
+    /// The total cannot give every slot its minimum.
     #[error(
         "partition total of {total_units} units is below the minimum of {required_units} units \
          ({count} slots x {minimum_units})"
     )]
     BelowMinimum {
+        /// The total, in units.
         total_units: u64,
+        /// Units the minimum needs.
         required_units: u64,
+        /// Slots.
         count: u64,
+        /// Minimum units per slot.
         minimum_units: u64,
     },
 }
@@ -147,7 +163,9 @@ pub fn cudagraph_axis_points(capture_sizes: &[u64], limit: u64) -> Vec<u64> {
 /// the rest hold `base`. Lets feasibility checks price B requests in O(1) instead of O(B).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionShape {
+    /// Slots.
     pub count: u64,
+    /// The granularity.
     pub unit: u64,
     /// Value of the low slots (a multiple of `unit`, ≥ `minimum_units·unit`).
     pub base: u64,

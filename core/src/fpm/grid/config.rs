@@ -2,7 +2,7 @@
 //! envelope, the scheduler facts feasibility depends on, CUDA-graph captures, sample limits, and a
 //! caller-supplied per-request block need (the cache layout is modelled elsewhere).
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.1 (`BenchmarkConfig` sample limits and defaults),
+//! Source: `spec/research/dynamo_fpm.md` §1.1 (`BenchmarkConfig` sample limits and defaults),
 //! §1.3 (capacity envelope, usable blocks), §1.4 (feasibility inputs), §2.2
 //! (`_bench_blocks_per_req`).
 
@@ -16,17 +16,22 @@ use super::cudagraph::CUDAGRAPH_MODE_NONE;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BenchmarkMode {
+    /// Prefill points only.
     Prefill,
+    /// Decode points only.
     Decode,
+    /// Both.
     #[default]
     Agg,
 }
 
 impl BenchmarkMode {
+    /// Whether prefill points are measured.
     pub fn runs_prefill(self) -> bool {
         matches!(self, BenchmarkMode::Prefill | BenchmarkMode::Agg)
     }
 
+    /// Whether decode points are measured.
     pub fn runs_decode(self) -> bool {
         matches!(self, BenchmarkMode::Decode | BenchmarkMode::Agg)
     }
@@ -37,8 +42,11 @@ impl BenchmarkMode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GridCapacity {
+    /// The token budget per step.
     pub max_num_scheduled_tokens: u64,
+    /// Request slots.
     pub max_num_running_reqs: u64,
+    /// The model length.
     pub max_model_len: u64,
     /// Free blocks (live `get_num_free_blocks()`, else `num_gpu_blocks − 1`).
     pub usable_blocks_without_watermark: u64,
@@ -54,6 +62,7 @@ pub struct SchedulerShape {
     pub block_size: u64,
     /// Prefix-cache hash granularity: prefill KV reads are multiples of it (§1.4 step 4).
     pub hash_block_size: u64,
+    /// Prefix caching on.
     pub enable_prefix_caching: bool,
     /// Added to a measured prefill prompt before pricing its blocks (§1.4).
     #[serde(default)]
@@ -104,6 +113,7 @@ pub struct CudagraphShape {
     /// `cudagraph_mode.decode_mode()` name, e.g. `"FULL"`.
     #[serde(default = "mode_none")]
     pub decode_mode: String,
+    /// Prefill capture sizes.
     #[serde(default)]
     pub prefill_capture_sizes: Vec<u64>,
     /// Unfiltered; the grid keeps only sizes ≤ `max_num_running_reqs` (§1.2, re-filtered after
@@ -161,12 +171,17 @@ impl Default for SampleLimits {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GridConfig {
+    /// Which phases run.
     #[serde(default)]
     pub mode: BenchmarkMode,
+    /// The capacity envelope.
     pub capacity: GridCapacity,
+    /// The scheduler's block sizes and caching.
     pub scheduler: SchedulerShape,
+    /// CUDA-graph modes and sizes.
     #[serde(default)]
     pub cudagraph: CudagraphShape,
+    /// Sample limits per axis.
     #[serde(default)]
     pub samples: SampleLimits,
     /// V-E `max_batch_size`: caps the decode batch axis when set (§1.1, §1.5 step 2).
@@ -240,22 +255,34 @@ impl GridConfig {
 /// One thing wrong with a [`GridConfig`].
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ConfigProblem {
+    /// A sample limit below its minimum.
     #[error("samples.{field} = {value} is below the minimum {minimum}")]
     SampleLimitTooSmall {
+        /// The field.
         field: &'static str,
+        /// Its value.
         value: usize,
+        /// The minimum.
         minimum: usize,
     },
+    /// `max_batch_size` of 0.
     #[error("max_batch_size must be positive when set")]
     ZeroMaxBatchSize,
+    /// A block size of 0.
     #[error("scheduler.{field} must be positive")]
-    ZeroBlockSize { field: &'static str },
+    ZeroBlockSize {
+        /// The field.
+        field: &'static str,
+    },
+    /// More usable blocks with the watermark than without.
     #[error(
         "usable_blocks_with_watermark {with_watermark} exceeds \
          usable_blocks_without_watermark {without_watermark}"
     )]
     WatermarkAddsBlocks {
+        /// Usable blocks with the watermark.
         with_watermark: u64,
+        /// Usable blocks without it.
         without_watermark: u64,
     },
 }
@@ -264,6 +291,7 @@ pub enum ConfigProblem {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("invalid grid config: {}", render_problems(.problems))]
 pub struct ConfigError {
+    /// Every problem.
     pub problems: Vec<ConfigProblem>,
 }
 
@@ -275,6 +303,7 @@ fn render_problems(problems: &[ConfigProblem]) -> String {
 /// that the grid uses (`resident_chain` is a kvwarm-only V-E argument and is not asked here).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BlockNeedQuery {
+    /// Tokens of the request.
     pub num_tokens: u64,
     /// The request starts with a prefix-cache hit (measured prefill requests with KV > 0).
     pub has_cache_hit: bool,
@@ -297,6 +326,7 @@ impl BlockNeedQuery {
 /// grid treats it as an oracle supplied by whoever models the cache layout; it must agree with
 /// that model's allocator, as vLLM's "blocks needed" predictor must.
 pub trait BlockNeed {
+    /// Blocks one request needs.
     fn blocks_per_req(&self, query: BlockNeedQuery) -> u64;
 }
 
@@ -314,6 +344,7 @@ where
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UniformBlockNeed {
+    /// Tokens per block.
     pub block_size: u64,
 }
 

@@ -1,7 +1,7 @@
 //! CUDA-graph metadata of a grid point: the capture size that would serve it, the padding, and
 //! the sample reasons that say why the coordinate is on the axis.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.2 (`_bench_cudagraph_metadata`,
+//! Source: `spec/research/dynamo_fpm.md` §1.2 (`_bench_cudagraph_metadata`,
 //! `expected_cudagraph_mode`).
 
 use std::collections::BTreeSet;
@@ -28,6 +28,7 @@ pub struct CudagraphMetadata {
     pub expected_capture_size: Option<u64>,
     /// `capture − n` when a capture exists.
     pub padding_tokens: Option<u64>,
+    /// Cudagraph reasons (`capture`, `post_capture`, `cudagraph_disabled`).
     pub sample_reasons: Vec<SampleReason>,
 }
 

@@ -1,7 +1,7 @@
 //! Decode grid: a CUDA-graph-aware batch axis × per-batch KV ladders mapped to steady-step
 //! coordinates, filtered by feasibility.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.5 (`_bench_generate_decode_grid`,
+//! Source: `spec/research/dynamo_fpm.md` §1.5 (`_bench_generate_decode_grid`,
 //! `_bench_decode_feasible_max_batch_size`, `_bench_decode_kv_read_points`,
 //! `_bench_decode_steady_kv_tokens`, `_bench_decode_point_feasible`), §8.1 invariants 6–7.
 

@@ -1,7 +1,7 @@
 //! Pure pieces of decode measurement that follow from a grid point: the admission lengths and
 //! steady coordinate, the number of steady steps (giant-KV repeats), and which FPM is retained.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.10 steps 2 and 4 (`_bench_step_decode`), §1.11
+//! Source: `spec/research/dynamo_fpm.md` §1.10 steps 2 and 4 (`_bench_step_decode`), §1.11
 //! (`_bench_save_current_point`), §6.6 (`estimate.method`), §8.1 invariants 15–17, §9.1
 //! (`DYN_BENCH_GIANT_KV_THRESHOLD` / `DYN_BENCH_GIANT_KV_REPEATS`).
 
@@ -90,6 +90,7 @@ pub struct DecodeStepInput<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecodeStepPlan {
+    /// Steady steps after the admission step.
     pub extra_steps: u64,
     /// `extra_steps + 1` (admission plus steady samples).
     pub expected_fpms: u64,
@@ -138,8 +139,11 @@ pub fn decode_step_plan(input: DecodeStepInput<'_>, policy: GiantKvPolicy, need:
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EstimateMethod {
+    /// One FPM kept as it arrived.
     SingleStep,
+    /// The last FPM kept.
     LastStep,
+    /// The upper median of the steady samples.
     AdjacentUpperMedian,
 }
 
@@ -149,20 +153,30 @@ pub enum EstimateMethod {
 pub enum RetainedFpm {
     /// Keep every FPM that arrived, unchanged (`single_step`; an admission-only decode FPM then
     /// fails shape validation downstream).
-    AsArrived { count: usize },
+    AsArrived {
+        /// FPMs that arrived.
+        count: usize,
+    },
     /// Keep only the last FPM: all expected samples arrived and there was one steady step.
-    LastStep { index: usize },
+    LastStep {
+        /// Index of the FPM kept.
+        index: usize,
+    },
     /// A copy of FPM `steady_start` (coordinates of the first steady step) with `wall_time` set
     /// to the upper median of the steady samples `steady_start..steady_end`, and
     /// `kvwarm_giant_median_of = steady_end − steady_start`.
     UpperMedian {
+        /// First steady FPM.
         steady_start: usize,
+        /// One past the last steady FPM.
         steady_end: usize,
+        /// The upper median wall time.
         wall_time: f64,
     },
 }
 
 impl RetainedFpm {
+    /// The estimate method this retention stands for.
     pub fn method(&self) -> EstimateMethod {
         match self {
             RetainedFpm::AsArrived { .. } => EstimateMethod::SingleStep,

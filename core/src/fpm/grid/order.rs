@@ -1,7 +1,7 @@
 //! Grid assembly: generated phases, eager warm-up replicas, phase order, stable keys, numbering
 //! and the grid digest.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.6 (`_bench_eager_warmup_points`), §1.7
+//! Source: `spec/research/dynamo_fpm.md` §1.6 (`_bench_eager_warmup_points`), §1.7
 //! (`_bench_build_grid`: missing phases, replica prepend, numbering after the kvwarm reorder,
 //! `_bench_grid_digest`), §8.1 invariants 1–3.
 //!
@@ -26,8 +26,10 @@ use super::prefill::generate_prefill_grid;
 /// Why a grid could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum GridError {
+    /// The grid config is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// An axis cannot be sampled.
     #[error(transparent)]
     Axis(#[from] AxisError),
 }
@@ -97,7 +99,9 @@ pub fn eager_warmup_points(points: &[BenchmarkPoint]) -> Vec<BenchmarkPoint> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GridEntry {
+    /// Its stable key.
     pub key: PointKey,
+    /// The point as Dynamo writes it.
     pub point: BenchmarkPoint,
 }
 
@@ -186,10 +190,13 @@ pub fn point_digest(point: &BenchmarkPoint) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Grid {
+    /// Entries in execution order.
     pub entries: Vec<GridEntry>,
     /// Real (non-replica) points: `coverage.expected_points`.
     pub expected_points: u64,
+    /// Phases with no point.
     pub missing_phases: Vec<PointType>,
+    /// The grid digest.
     pub digest: String,
 }
 

@@ -1,7 +1,7 @@
 //! A benchmark point as Dynamo writes it (`asdict(BenchmarkPoint)`), its reason vocabulary, and
 //! the stable key kvsim uses to find a point again after the grid is reordered or renumbered.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §6.1 (point fields), §5.4 (`sample_reasons`
+//! Source: `spec/research/dynamo_fpm.md` §6.1 (point fields), §5.4 (`sample_reasons`
 //! vocabulary), §1.6–§1.7 (replicas, numbering); the seed PR "warm Inkling convolution caches
 //! with native prefills" (plan lookups must survive the grid's public renumbering).
 
@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PointType {
+    /// A prefill point.
     Prefill,
+    /// A decode point.
     Decode,
 }
 
@@ -32,21 +34,37 @@ impl PointType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SampleReason {
+    /// `explicit`: from a manifest.
     Explicit,
+    /// `imbalance`: an imbalanced split.
     Imbalance,
+    /// `capture`: at a CUDA-graph capture size.
     Capture,
+    /// `post_capture`: just above a capture size.
     PostCapture,
+    /// `cudagraph_disabled`: no capture applies.
     CudagraphDisabled,
+    /// `geometric_axis`: on the geometric axis.
     GeometricAxis,
+    /// `eager_tail`: the eager tail.
     EagerTail,
+    /// `geometric_tail`: the geometric tail.
     GeometricTail,
+    /// `engine_limit`: at an engine limit.
     EngineLimit,
+    /// `eager_warmup`: a discarded eager warm-up replica (§1.6).
     EagerWarmup,
+    /// `context_clamped`: its context was clamped to the model length.
     ContextClamped,
+    /// `kvwarm_real_kv`: measured on real KV.
     KvwarmRealKv,
+    /// `kvwarm_fake_fallback`: fell back to synthetic KV.
     KvwarmFakeFallback,
+    /// `prefill_real_seed`: a prefill with a real seeded prefix.
     PrefillRealSeed,
+    /// `prefill_fake_prefix`: a prefill with a synthetic prefix.
     PrefillFakePrefix,
+    /// `giant_fake_off_by_batch`: a giant point off by its batch.
     GiantFakeOffByBatch,
 }
 
@@ -55,17 +73,23 @@ pub enum SampleReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BenchmarkPoint {
+    /// `prefill` or `decode`.
     pub point_type: PointType,
     /// 0 until numbered (§1.7 step 5); then real points 1..N, replicas N+1…
     pub benchmark_id: u64,
+    /// Prefill tokens.
     pub total_prefill_tokens: u64,
     /// Decode points: the steady-step coordinate `Σ max(1, ctx−1) + B` (§1.5 step 4).
     pub total_kv_read_tokens: u64,
+    /// Requests in the batch.
     pub batch_size: u64,
     /// The phase's CUDA-graph mode when a capture size exists, else `"NONE"` (§1.2).
     pub expected_cudagraph_mode: String,
+    /// The capture size expected, if any.
     pub expected_capture_size: Option<u64>,
+    /// Padding up to it.
     pub padding_tokens: Option<u64>,
+    /// Why the point is in the grid (§5.4).
     pub sample_reasons: Vec<SampleReason>,
     /// Manifest-only imbalanced split (`{axis, high_count, fraction}`); never set by the
     /// generated grid. Kept as raw JSON because the manifest schema was not verified (§0).
@@ -134,11 +158,17 @@ impl BenchmarkPoint {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PointCoordinate {
+    /// `prefill` or `decode`.
     pub point_type: PointType,
+    /// Requests.
     pub batch_size: u64,
+    /// Prefill tokens.
     pub total_prefill_tokens: u64,
+    /// KV read tokens.
     pub total_kv_read_tokens: u64,
+    /// The manifest partition, as canonical JSON.
     pub partition: Option<String>,
+    /// Explicit per-request rows.
     pub rows: Option<Vec<[u64; 2]>>,
 }
 
@@ -154,7 +184,9 @@ pub struct PointCoordinate {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PointKey {
+    /// The physical coordinate.
     pub coordinate: PointCoordinate,
+    /// Whether it is an eager warm-up replica.
     pub eager_warmup: bool,
     /// 0 for the first entry with this (coordinate, eager_warmup), 1 for the next, …
     pub occurrence: u32,

@@ -1,7 +1,7 @@
 //! Prefill grid: new-token axis × batch presets × KV-read axis, filtered by feasibility and
 //! appended reversed.
 //!
-//! Source: `../shared/research/dynamo_fpm.md` §1.4 (`_bench_generate_prefill_grid`,
+//! Source: `spec/research/dynamo_fpm.md` §1.4 (`_bench_generate_prefill_grid`,
 //! `_bench_prefill_batch_sizes`, `_bench_prefill_kv_read_points`,
 //! `_bench_max_prefill_kv_read_tokens`, `_bench_prefill_point_feasible`,
 //! `_bench_prefill_scheduled_tokens_per_req`), §2.2 (block need).

@@ -12,8 +12,11 @@ use crate::plan::{json_path, load_plan, Plan, PlanError};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromptEvidence {
+    /// The request slot (0..B).
     pub slot: u64,
+    /// Prompt tokens.
     pub num_tokens: u64,
+    /// SHA-256 of the tokens as little-endian u32.
     pub sha256: String,
 }
 
@@ -21,11 +24,17 @@ pub struct PromptEvidence {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacityFallback {
+    /// The execution's point, if the fallback was per point.
     pub benchmark_id: Option<u64>,
+    /// The batch size.
     pub batch: u64,
+    /// The chain depth.
     pub depth: u64,
+    /// Blocks the warm-up needed.
     pub required_blocks: u64,
+    /// Blocks usable.
     pub usable_blocks: u64,
+    /// KV read tokens of the point.
     pub total_kv_read_tokens: u64,
 }
 
@@ -33,14 +42,19 @@ pub struct CapacityFallback {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionRecord {
+    /// The rank.
     pub rank: u32,
+    /// The point executed.
     pub point: BenchmarkPoint,
+    /// How its KV was seeded (§5.2).
     pub kv_seed_regime: String,
     /// The timed steps: admission first, then the steady steps.
     pub timed_steps: Vec<u64>,
     /// Scheduled decode KV per timed step (`sum_decode_kv_tokens`) and its variance.
     pub decode_kv_tokens: Vec<u64>,
+    /// Variance of the decode KV per timed step.
     pub decode_kv_variance: Vec<f64>,
+    /// Evidence of each prompt.
     pub prompts: Vec<PromptEvidence>,
     /// Untimed prefill tokens spent warming this execution (native only).
     pub warm_prefill_tokens: u64,
@@ -70,10 +84,15 @@ impl ExecutionRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageRecord {
+    /// The rank.
     pub rank: u32,
+    /// The point the stage serves.
     pub benchmark_id: u64,
+    /// Chains built.
     pub batch: u64,
+    /// Their depth.
     pub depth: u64,
+    /// Steps the build took.
     pub steps: u64,
     /// The stage was abandoned at the soft deadline (§5.3 `soft_timeout: true`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -87,7 +106,9 @@ pub struct StageRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SkippedPoint {
+    /// The point.
     pub benchmark_id: u64,
+    /// Why it was not measured.
     pub reason: String,
 }
 
@@ -109,22 +130,37 @@ pub fn load_plan_checked(text: &str) -> Result<Plan, PlanError> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BenchmarkMeta {
+    /// The scenario's name.
     pub scenario: String,
+    /// The strategy asked for (`auto`, `synthetic`, `native`, `chain`).
     pub requested_strategy: String,
+    /// The warm-up flag.
     pub enabled: bool,
+    /// The gate's verdict.
     pub warm_eligible: Option<bool>,
+    /// Why the gate refused, if it did.
     pub skip_reason: Option<String>,
+    /// `native_exact_context`, `shared_prefix_chain` or null (synthetic).
     pub initialization_strategy: Option<String>,
+    /// The grid digest.
     pub grid_digest: String,
+    /// Points in the grid.
     pub expected_points: u64,
+    /// Giant-KV threshold.
     pub giant_kv_threshold: u64,
+    /// Giant-KV repeats.
     pub giant_kv_repeats: u64,
+    /// Usable blocks of the pool.
     pub usable_blocks: u64,
+    /// Every decode execution, every rank.
     pub executions: Vec<ExecutionRecord>,
+    /// Warm-up stages.
     pub stages: Vec<StageRecord>,
+    /// Capacity fallbacks.
     pub capacity_fallbacks: Vec<CapacityFallback>,
+    /// Untimed warm-up prefill tokens.
     pub untimed_prefill_tokens: u64,
-    /// The artifact's `config` as written (keys sorted).
+    /// The grid config, as the artifact writes it.
     #[schemars(with = "crate::fpm::artifact_schema::Config")]
     pub config: serde_json::Value,
     /// `"timeout"` when the soft deadline stopped the sweep (§1.12).

@@ -37,7 +37,9 @@ pub struct SweepError(pub String);
 /// seconds, §1.12) and faults the planner's own engines see as the executor will.
 #[derive(Clone, Debug, Default)]
 pub struct SweepOptions {
+    /// A soft timeout in simulated seconds (replaces the scenario's).
     pub timeout_seconds: Option<f64>,
+    /// Faults the plan carries; the planner's engines see them as the executor will.
     pub faults: Vec<FaultSpec>,
     /// A deliberate bug (`kvsim check --mutant`): the planner records the plan the
     /// buggy code would run, and its own engines tolerate the violations that follow.
@@ -46,7 +48,9 @@ pub struct SweepOptions {
 
 /// A planned sweep: the plan to run and the planner's record.
 pub struct SweepPlan {
+    /// The plan to run.
     pub plan: Plan,
+    /// The planner's record (rebuilds the artifact).
     pub meta: BenchmarkMeta,
 }
 
@@ -59,6 +63,7 @@ pub fn prompt_sha256(tokens: &[u64]) -> String {
     hex(&h.finalize())
 }
 
+/// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     // By hand: one `format!` per byte was a tenth of a swarm case's planning time.
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -440,7 +445,7 @@ fn choose(s: &BuiltinScenario, v: &GateVerdict, requested: Option<Strategy>) -> 
         ))),
         Some(Strategy::Chain) if v.chain => Ok(Some(Strategy::Chain)),
         Some(Strategy::Chain) => Err(SweepError(format!(
-            "strategy chain does not apply to scenario {}: the shared-chain gate needs experts under expert parallelism (or random KDA), prefix caching and no recurrent state layers",
+            "strategy chain does not apply to scenario {}: the shared-chain gate needs experts under expert parallelism (or random KDA), prefix caching, no recurrent state layers and (in kvsim's port) no sliding-window or chunked-local group",
             s.name
         ))),
     }

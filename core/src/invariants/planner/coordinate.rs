@@ -14,7 +14,12 @@ use crate::invariants::{InvariantId, Violation};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PointCoordinate {
     /// kvsim's plans: the grid point (`batch_size`, steady `total_kv_read_tokens`).
-    Grid { batch: u64, total_kv: u64 },
+    Grid {
+        /// The batch size.
+        batch: u64,
+        /// The steady total KV read.
+        total_kv: u64,
+    },
     /// Recorded plans: the admitted lengths the real planner reported (spec/plan.md §7).
     Admitted(Vec<u64>),
 }

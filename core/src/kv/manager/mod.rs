@@ -19,13 +19,18 @@ use super::req_map::ReqMap;
 use super::request::{ReqId, Request};
 use super::spec::{GroupKind, GroupSpec, MambaMode};
 
+/// One cache group's manager (full, sliding window, chunked local, Mamba; vllm_kv.md §3).
 #[derive(Clone, Debug)]
 pub struct GroupManager {
+    /// Its group id.
     pub group_id: u32,
+    /// Its spec.
     pub spec: GroupSpec,
+    /// Prefix caching on.
     pub enable_caching: bool,
     /// Hit alignment; the hybrid coordinator sets it to `scheduler_block_size`.
     pub cache_hit_alignment: u64,
+    /// The admission cap of a windowed group (peak reservation).
     pub admission_cap: Option<u64>,
     pub(crate) tables: Tables,
     /// Membership means "already running, no new hits possible" (§3.1).
@@ -50,6 +55,7 @@ fn cdiv(a: i64, b: i64) -> i64 {
 }
 
 impl GroupManager {
+    /// A manager for group `group_id`.
     pub fn new(group_id: u32, spec: GroupSpec, enable_caching: bool, admission_cap: Option<u64>) -> Self {
         GroupManager {
             group_id,
@@ -91,10 +97,12 @@ impl GroupManager {
         self.tables.stamped(&req)
     }
 
+    /// Whether the request's cached blocks are tracked.
     pub fn tracks_cached(&self, req: ReqId) -> bool {
         self.num_cached.contains_key(&req)
     }
 
+    /// Blocks of the request already cached.
     pub fn num_cached_blocks(&self, req: ReqId) -> Option<usize> {
         self.num_cached.get(&req).copied()
     }

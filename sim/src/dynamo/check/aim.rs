@@ -27,6 +27,7 @@ pub struct Sites {
 }
 
 impl Sites {
+    /// No aim.
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty() && self.registrations.is_empty()
     }

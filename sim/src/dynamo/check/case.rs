@@ -24,25 +24,37 @@ use crate::dynamo::RecordOptions;
 pub struct RealCase {
     /// The built-in layout it scales down.
     pub base: String,
+    /// Expert parallelism.
     pub expert_parallel: bool,
     /// Dynamo's KV warm-up (`DYN_BENCH_KV_WARMUP`); off: synthetic KV only.
     pub warmup: bool,
+    /// Model length.
     pub max_len: u64,
+    /// Request slots.
     pub max_seqs: u32,
+    /// Token budget.
     pub batched_tokens: u64,
+    /// Block size cap.
     pub block_size: u64,
+    /// Window cap.
     pub window: u64,
     /// Usable pool as a percentage of `max_seqs` full-length requests.
     pub pool_pct: u32,
+    /// Giant-KV repeats.
     pub repeats: u64,
+    /// A second group.
     pub second_group: bool,
+    /// A low giant-KV threshold.
     pub giant: bool,
+    /// Asynchronous scheduling.
     pub async_scheduling: bool,
     /// Random KDA (layouts with a state group only).
     pub random_kda: bool,
     /// `hybrid_live_state` (layouts with a state group only).
     pub live_state: bool,
+    /// Capture sizes (bit b: batch b + 1).
     pub capture: u8,
+    /// Decode KV samples.
     pub kv_samples: usize,
     /// The soft timeout (1 s) lands near this step: the virtual clock runs
     /// 1000/k times the nominal step cost.

@@ -19,11 +19,16 @@ use crate::dynamo::RecordError;
 use crate::dynamo::{audit_error, RecordOptions};
 use kvsim_core::fpm::scenarios::BuiltinScenario;
 
+/// One real-planner mutant's row.
 #[derive(Clone, Debug, Serialize)]
 pub struct MutantRow {
+    /// The mutant.
     pub mutant: String,
+    /// Its §8.2 bug.
     pub bug: u32,
+    /// What it breaks.
     pub summary: String,
+    /// Whether a case caught it.
     pub killed: bool,
     /// The verdict key of the kill (an invariant, or `DY-RAISED <exception>`).
     pub verdict: Option<String>,
@@ -34,6 +39,7 @@ pub struct MutantRow {
     /// `swarm` (a drawn case, shrunk over its knobs) or `witness` (the swarm's
     /// budget ran out; the mutant file's hand-made witness scenario killed it).
     pub found_by: Option<&'static str>,
+    /// The smallest reproduction.
     pub minimal: Option<Repro>,
     /// Wall-clock seconds (text output only).
     #[serde(skip)]

@@ -30,10 +30,12 @@ pub type CaseFn<'a, I, T> = dyn Fn(&mut Worker, &I) -> Result<(T, bool), RecordE
 
 /// `jobs` worker slots, kept across runs (a worker imports vLLM once).
 pub struct Pool {
+    /// The workers' slots.
     pub slots: Vec<Slot>,
 }
 
 impl Pool {
+    /// A pool of `jobs` workers.
     pub fn new(jobs: usize) -> Pool {
         Pool {
             slots: (0..jobs.max(1)).map(|_| Slot::default()).collect(),

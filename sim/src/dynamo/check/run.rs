@@ -21,42 +21,54 @@ use crate::exec::{run_plan, Outcome};
 pub enum RealVerdict {
     /// The draw gives no scenario the real planner can take (vLLM refuses it).
     NotApplicable {
+        /// Why.
         reason: String,
     },
+    /// Every invariant held and every table matched.
     Passed,
     /// A kvsim invariant failed on the recording (DY-RAISED: the planner
     /// raised; DY-STALLED: the sweep did not end within its step budget).
     Violation {
+        /// The invariant.
         invariant: String,
+        /// The step.
         step: u64,
+        /// What broke.
         detail: String,
     },
     /// kvsim's model does not reproduce what the planner did to vLLM's KV.
     Mismatch {
+        /// The step.
         step: u64,
+        /// What differs.
         detail: String,
     },
     /// The harness failed before the sweep began (the planner's constructor or
     /// its vLLM set-up raised).
     SetupFailed {
+        /// What raised.
         detail: String,
     },
     /// The recording is outside the plan language's bounds (e.g. a prompt
     /// longer than max_model_len): the planner did something no valid plan does.
     InvalidPlan {
+        /// What is out of bounds.
         detail: String,
     },
     /// The case's child ran past its wall-clock limit and was killed.
     Hung {
+        /// What happened.
         detail: String,
     },
     /// The case's child died (a signal) or its worker stopped answering.
     Crashed {
+        /// What happened.
         detail: String,
     },
 }
 
 impl RealVerdict {
+    /// A failure of the planner under test.
     pub fn failed(&self) -> bool {
         !matches!(self, RealVerdict::NotApplicable { .. } | RealVerdict::Passed)
     }
@@ -119,6 +131,7 @@ impl RealVerdict {
         }
     }
 
+    /// The detail, whatever the verdict.
     pub fn detail(&self) -> &str {
         match self {
             RealVerdict::NotApplicable { reason } => reason,
@@ -135,12 +148,17 @@ impl RealVerdict {
 
 /// A case's result, with what a report and a shrinker need.
 pub struct RealOutcome {
+    /// The verdict.
     pub verdict: RealVerdict,
+    /// Ops recorded.
     pub ops: u64,
+    /// Steps recorded.
     pub steps: u64,
+    /// Coverage events.
     pub events: BTreeMap<String, u64>,
     /// The scenario and options it ran with (for the minimal repro files).
     pub scenario: Option<BuiltinScenario>,
+    /// The recording options used.
     pub options: Option<RecordOptions>,
     /// The recorded plan, kept for failures.
     pub plan: Option<Plan>,

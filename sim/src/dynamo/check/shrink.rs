@@ -14,9 +14,13 @@ use crate::dynamo::RecordError;
 /// Recordings one shrink may make.
 pub const MAX_TRIES: usize = 48;
 
+/// A shrunk finding.
 pub struct Shrunk {
+    /// The smallest case.
     pub case: RealCase,
+    /// Its outcome.
     pub outcome: RealOutcome,
+    /// Recordings tried.
     pub tries: usize,
 }
 

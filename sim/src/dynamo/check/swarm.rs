@@ -28,15 +28,22 @@ pub const GOALS_NOT_APPLICABLE: &[(&str, &str)] = &[(
     "the real DP ranks derive one negotiated plan and settle every stage by the group verdict: a smaller pool on one rank is negotiated away at step 0, fails a stage on every rank as a build closes, or stalls or times out the group (docs/dynamo-findings.md §10); ranks that decide apart are the DP mutants' kills",
 )];
 
+/// A `kvsim check --planner dynamo` run.
 #[derive(Clone)]
 pub struct RealCheckConfig {
+    /// The seed.
     pub seed: u64,
     /// Cases per base layout (before sharding).
     pub cases: u64,
+    /// The shard.
     pub shard: (u64, u64),
+    /// Base scenarios.
     pub bases: Vec<BuiltinScenario>,
+    /// Only this case.
     pub only: Option<u64>,
+    /// Harness workers.
     pub jobs: usize,
+    /// The harness environment.
     pub env: CaseEnv,
     /// Where minimal scenarios and plans go.
     pub plans_dir: PathBuf,
@@ -45,6 +52,7 @@ pub struct RealCheckConfig {
 }
 
 impl RealCheckConfig {
+    /// The case indices of this shard.
     pub fn indices(&self) -> Vec<u64> {
         let n = self.bases.len() as u64;
         let (k, shards) = self.shard;
@@ -53,10 +61,12 @@ impl RealCheckConfig {
             .collect()
     }
 
+    /// The base scenario of case `index`.
     pub fn base(&self, index: u64) -> &BuiltinScenario {
         &self.bases[(index % self.bases.len() as u64) as usize]
     }
 
+    /// Case `index`.
     pub fn case(&self, index: u64) -> RealCase {
         RealCase::draw(
             self.base(index),
@@ -65,59 +75,90 @@ impl RealCheckConfig {
     }
 }
 
+/// One base scenario's row.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BaseRow {
+    /// The base.
     pub base: String,
+    /// Cases.
     pub cases: u64,
+    /// Cases that did not apply.
     pub not_applicable: u64,
+    /// Cases that passed.
     pub passed: u64,
+    /// Cases that failed.
     pub failed: u64,
+    /// Ops recorded.
     pub ops: u64,
+    /// Steps recorded.
     pub steps: u64,
 }
 
+/// A reproduction: a scenario file, its plan and the command.
 #[derive(Clone, Debug, Serialize)]
 pub struct Repro {
     /// The shrunk knobs (none for a hand-made witness scenario).
     pub knobs: Option<RealCase>,
+    /// Its verdict.
     pub verdict: Option<RealVerdict>,
     /// Recordings the shrink made.
     pub tries: usize,
+    /// The scenario file.
     pub scenario_file: String,
+    /// The plan file.
     pub plan_file: String,
+    /// The `kvsim dynamo run` command.
     pub command: String,
 }
 
+/// A distinct finding.
 #[derive(Clone, Debug, Serialize)]
 pub struct RealFinding {
     /// The label, and for a Python exception its type.
     pub key: String,
     /// Cases that failed this way.
     pub cases: u64,
+    /// The first case showing it.
     pub first_case: u64,
+    /// Its base.
     pub base: String,
+    /// Its verdict.
     pub verdict: RealVerdict,
+    /// Its smallest reproduction.
     pub minimal: Option<Repro>,
 }
 
+/// The real-planner swarm's report.
 #[derive(Clone, Debug, Serialize)]
 pub struct RealCheckReport {
+    /// Its format tag.
     pub format: &'static str,
+    /// The planner recorded (version, source digest).
     pub planner: serde_json::Value,
+    /// The seed.
     pub seed: u64,
+    /// Cases per base.
     pub cases_per_base: u64,
+    /// The shard.
     pub shard: String,
+    /// Cases run.
     pub cases_run: u64,
+    /// One row per base.
     pub bases: Vec<BaseRow>,
     /// Why draws did not apply (vLLM refused the layout), by reason.
     pub not_applicable: BTreeMap<String, u64>,
+    /// Coverage goals: events counted.
     pub goals: BTreeMap<String, u64>,
+    /// Goals never reached.
     pub missed_goals: Vec<String>,
+    /// Goals the layouts cannot reach.
     pub goals_not_applicable: Vec<String>,
+    /// Distinct findings.
     pub findings: Vec<RealFinding>,
 }
 
 impl RealCheckReport {
+    /// Cases that failed.
     pub fn failed_cases(&self) -> u64 {
         self.bases.iter().map(|b| b.failed).sum()
     }
@@ -125,10 +166,13 @@ impl RealCheckReport {
 
 /// One case's result as the report keeps it.
 pub struct CaseResult {
+    /// The case index.
     pub index: u64,
+    /// Its outcome.
     pub outcome: RealOutcome,
 }
 
+/// Record case `index`'s outcome in the report.
 pub fn record_index(
     cfg: &RealCheckConfig,
     w: &mut crate::dynamo::Worker,
@@ -263,6 +307,7 @@ fn reason_class(reason: &str) -> String {
     head.chars().map(|c| if c.is_ascii_digit() { '#' } else { c }).collect()
 }
 
+/// The planner's identity for a report, from a recording's source.
 pub fn planner_info(src: &kvsim_core::plan::PlanSource) -> serde_json::Value {
     serde_json::json!({
         "planner": src.planner,
