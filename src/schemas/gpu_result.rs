@@ -31,6 +31,60 @@ pub struct GpuResult {
     notes: Vec<String>,
     run: Run,
     cost: Cost,
+    /// With `--against FIXED`: the bug's measured timing symptom at the finding's point.
+    #[serde(default)]
+    symptom: Option<Symptom>,
+}
+
+/// `--against`: the failing and the fixed plan's recorded time of the finding's point.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Symptom {
+    /// The point (null when the failing plan times no window at or after the finding).
+    point: Option<u64>,
+    /// The simulator's finding on the failing plan.
+    #[serde(default)]
+    finding: Option<SymptomFinding>,
+    #[serde(default)]
+    failing: Option<Recorded>,
+    #[serde(default)]
+    fixed: Option<Recorded>,
+    #[serde(default)]
+    difference_us: Option<f64>,
+    #[serde(default)]
+    difference_pct: Option<f64>,
+    /// The larger run-to-run range of the two, relative to the fixed plan's time.
+    #[serde(default)]
+    spread_pct: Option<f64>,
+    /// Whether the difference exceeds that spread.
+    observed: bool,
+    /// Why nothing could be measured.
+    #[serde(default)]
+    why: Option<String>,
+}
+
+/// The simulator's finding a symptom is measured for.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SymptomFinding {
+    invariant: String,
+    step: u64,
+    detail: String,
+}
+
+/// What the benchmark would record for the point in one plan, over the timed runs.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Recorded {
+    /// Median over the runs.
+    recorded_us: f64,
+    /// Least and most over the runs.
+    range_us: [f64; 2],
+    /// Which windows give it (the upper median of the steady windows, the one steady window,
+    /// or the admission window).
+    how: String,
+    /// The point's windows.
+    windows: u64,
 }
 
 #[derive(JsonSchema)]
