@@ -48,6 +48,11 @@ pub struct CheckArgs {
     /// Where failing and shrunk plans are written.
     #[arg(long, default_value = "kvsim-check-plans")]
     pub plans_dir: PathBuf,
+    /// With --mutant: also write each killed planner mutant's whole failing plan
+    /// (NAME.failing.json) and the same case planned without it (NAME.fixed.json), for
+    /// `kvsim replay NAME.failing.json --backend gpu --against NAME.fixed.json`.
+    #[arg(long)]
+    pub pairs: bool,
     /// Run only case index I of the run (as a report names it).
     #[arg(long)]
     pub case: Option<u64>,
@@ -161,6 +166,11 @@ fn config(a: &CheckArgs, default_cases: u64) -> Result<CheckConfig, CliError> {
 pub fn run(a: CheckArgs) -> Result<ExitCode, CliError> {
     if let Some(CheckAction::Merge(m)) = &a.action {
         return run_merge(m);
+    }
+    if a.pairs && (a.mutant.is_none() || a.planner == "dynamo") {
+        return Err(CliError::Input(
+            "--pairs goes with --mutant (kvsim's planner mutants)".into(),
+        ));
     }
     if a.planner == "dynamo" {
         if !a.scenario_file.is_empty() {
@@ -417,6 +427,10 @@ fn run_mutants(a: &CheckArgs, mutants: &[Mutant]) -> Result<ExitCode, CliError> 
             Some(plan) => Some(replay_command(row, &write_plan(&a.plans_dir, &row.mutant, plan)?)),
             None => None,
         });
+        if let (true, Some((failing, fixed))) = (a.pairs, &row.pair) {
+            write_plan(&a.plans_dir, &format!("{}.failing", row.mutant), failing)?;
+            write_plan(&a.plans_dir, &format!("{}.fixed", row.mutant), fixed)?;
+        }
     }
     let killed = rows.iter().filter(|r| r.killed && r.replay_reproduces).count();
     if a.json {

@@ -188,6 +188,14 @@ pub fn run(
     if ro.repeat == 0 {
         return Err(CliError::Input("--repeat must be at least 1".into()));
     }
+    // The benchmark records a steady window: compare every window of both plans.
+    let ro = &GpuReplayOptions {
+        lowering: LowerOptions {
+            every_window: ro.lowering.every_window || against.is_some(),
+            ..ro.lowering.clone()
+        },
+        ..ro.clone()
+    };
     let hash = plan_hash(plan);
     let lowered = lower_plan_measured(plan, &ro.lowering).map_err(|e| CliError::Input(e.to_string()))?;
     let sim = run_plan(plan);

@@ -151,6 +151,28 @@ fn a_mutant_hunt_prints_a_replay_command_that_reproduces_the_failure() {
 }
 
 #[test]
+fn pairs_give_the_failing_case_and_its_fixed_counterpart() {
+    let d = tmp("pairs");
+    let out = kvsim(&["check", "--mutant", "registration-in-timed-window", "--pairs"], &d);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = d.join("kvsim-check-plans");
+    let failing = dir.join("registration-in-timed-window.failing.json");
+    let fixed = dir.join("registration-in-timed-window.fixed.json");
+    assert_valid_file("plan", &failing);
+    assert_valid_file("plan", &fixed);
+    // The whole failing case fails with the mutant's invariant; the same case without it passes.
+    let bad = kvsim(&["replay", failing.to_str().unwrap()], &d);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("PL-TIMED-HOST"));
+    let ok = kvsim(&["replay", fixed.to_str().unwrap()], &d);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stdout));
+    // Engine mutants' plans hold no bug by themselves: no pair.
+    let out = kvsim(&["check", "--mutant", "fence-bypass", "--pairs"], &d);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!dir.join("fence-bypass.fixed.json").exists());
+}
+
+#[test]
 fn bad_flags_exit_2() {
     let d = tmp("bad");
     for args in [
@@ -161,6 +183,7 @@ fn bad_flags_exit_2() {
         vec!["check", "--scenario", "nope"],
         vec!["check", "--cases", "0"],
         vec!["check", "--jobs", "0"],
+        vec!["check", "--pairs"],
         vec!["check", "merge", "no-such-report.json"],
     ] {
         let out = kvsim(&args, &d);

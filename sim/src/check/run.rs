@@ -101,9 +101,9 @@ pub struct CaseOutcome {
 }
 
 impl CaseOutcome {
-    fn skipped(reason: String) -> Self {
+    fn unrun(verdict: Verdict) -> Self {
         CaseOutcome {
-            verdict: Verdict::NotApplicable { reason },
+            verdict,
             ops: 0,
             events: BTreeMap::new(),
             plan: None,
@@ -121,11 +121,15 @@ pub fn extent(plan: &Plan) -> (u64, u64) {
     (steps, per_step.values().map(|&t| nominal_step_ns(t)).sum())
 }
 
-/// Plan and run case `c` on `base`.
-pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) -> CaseOutcome {
+/// Plan case `c` on `base` (with its faults), or the verdict that ends it before a run.
+pub fn case_plan(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) -> Result<Plan, Verdict> {
     let s = match build_scenario(base, c) {
         Ok(s) => s,
-        Err(e) => return CaseOutcome::skipped(format!("scenario: {e}")),
+        Err(e) => {
+            return Err(Verdict::NotApplicable {
+                reason: format!("scenario: {e}"),
+            })
+        }
     };
     let planner = c.strategy.map(planner::for_strategy);
     let opts = SweepOptions {
@@ -134,8 +138,8 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
     };
     let plan0 = match planner::plan(planner, &s, &opts) {
         Ok(p) => p,
-        Err(e) if e.0.contains("does not apply") => return CaseOutcome::skipped(e.0),
-        Err(e) => return planner_error(e.0),
+        Err(e) if e.0.contains("does not apply") => return Err(Verdict::NotApplicable { reason: e.0 }),
+        Err(e) => return Err(Verdict::PlannerError { detail: e.0 }),
     };
     let chain = plan0.meta.initialization_strategy.as_deref() == Some("shared_prefix_chain");
     let (steps, duration) = extent(&plan0.plan);
@@ -193,18 +197,24 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
         // Delays and registration failures act on chains and shadows only.
         faults.retain(|f| !matches!(f, FaultSpec::DelayOutputs { .. } | FaultSpec::StageFailure { .. }));
     }
-    let plan = if faults.is_empty() && timeout.is_none() {
-        plan0.plan
-    } else {
-        let opts = SweepOptions {
-            timeout_seconds: timeout,
-            faults,
-            mutant,
-        };
-        match planner::plan(planner, &s, &opts) {
-            Ok(p) => p.plan,
-            Err(e) => return planner_error(e.0),
-        }
+    if faults.is_empty() && timeout.is_none() {
+        return Ok(plan0.plan);
+    }
+    let opts = SweepOptions {
+        timeout_seconds: timeout,
+        faults,
+        mutant,
+    };
+    planner::plan(planner, &s, &opts)
+        .map(|p| p.plan)
+        .map_err(|e| Verdict::PlannerError { detail: e.0 })
+}
+
+/// Plan and run case `c` on `base`.
+pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) -> CaseOutcome {
+    let plan = match case_plan(base, c, mutant) {
+        Ok(p) => p,
+        Err(verdict) => return CaseOutcome::unrun(verdict),
     };
     let report = run_plan_opts(&plan, RunOptions::quiet(mutant), &mut |_, _| {});
     let verdict = match &report.outcome {
@@ -223,14 +233,5 @@ pub fn run_case(base: &BuiltinScenario, c: &CaseSpec, mutant: Option<Mutant>) ->
         ops: report.ops,
         events: report.events,
         plan: failed.then_some(plan),
-    }
-}
-
-fn planner_error(detail: String) -> CaseOutcome {
-    CaseOutcome {
-        verdict: Verdict::PlannerError { detail },
-        ops: 0,
-        events: BTreeMap::new(),
-        plan: None,
     }
 }

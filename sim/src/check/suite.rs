@@ -20,7 +20,7 @@ use super::case::CaseSpec;
 use super::case_seed;
 use super::goals;
 use super::par::par_map;
-use super::run::{run_case, Verdict};
+use super::run::{case_plan, run_case, Verdict};
 use super::shrink::{op_count, shrink};
 use crate::exec::{run_plan_opts, Outcome, RunOptions};
 
@@ -432,6 +432,10 @@ pub struct MutantRow {
     /// The shrunk plan.
     #[serde(skip)]
     pub plan: Option<Plan>,
+    /// A planner mutant's whole failing plan and the same case planned without the mutant
+    /// (to time the bug's symptom: `kvsim replay FAILING --backend gpu --against FIXED`).
+    #[serde(skip)]
+    pub pair: Option<(Plan, Plan)>,
 }
 
 /// Cases tried after a mutant's first kill for a smaller shrunk plan.
@@ -464,6 +468,7 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         in_engine: mutant.in_engine(),
         seconds: 0.0,
         plan: None,
+        pair: None,
     };
     // After the first kill, a few more cases are tried and the smallest shrunk
     // plan kept (`cases` still counts the cases up to the first kill).
@@ -506,6 +511,10 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         row.original_ops = Some(op_count(plan));
         row.shrunk_ops = Some(op_count(&small));
         row.plan = Some(small);
+        row.pair = (!mutant.in_engine())
+            .then(|| case_plan(base, &cfg.spec(i, base), None).ok())
+            .flatten()
+            .map(|fixed| (plan.clone(), fixed));
     }
     row.seconds = t0.elapsed().as_secs_f64();
     row

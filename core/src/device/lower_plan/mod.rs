@@ -89,6 +89,9 @@ pub struct LowerOptions {
     pub synthetic_kv: SyntheticKv,
     /// What routes MoE tokens: the token id or the attention output.
     pub moe_input: MoeInput,
+    /// Time every window of a point (its admission and steady steps), not only its first: what
+    /// `replay --against` compares, the benchmark's recorded sample being a steady one.
+    pub every_window: bool,
 }
 
 impl Default for LowerOptions {
@@ -99,6 +102,7 @@ impl Default for LowerOptions {
             moe_hidden: 1024,
             moe_ffn: 512,
             synthetic_kv: SyntheticKv::Tokens,
+            every_window: false,
             moe_input: MoeInput::Token,
         }
     }
