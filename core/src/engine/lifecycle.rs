@@ -209,15 +209,79 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use crate::engine::Engine;
-    use crate::plan::{PlanOp, Scenario, Tokens};
+    use crate::invariants::InvariantId;
+    use crate::plan::{BatchEntry, PlanOp, Scenario, Tokens};
 
-    fn scenario() -> Scenario {
+    fn scenario_caching(enable_caching: bool) -> Scenario {
         serde_json::from_value(serde_json::json!({
             "name": "t", "model": {"groups": [{"kind": "full_attention", "block_size": 4, "layers": 1, "kv_heads": 1, "head_dim": 8}], "vocab_size": 50},
-            "pool_blocks": 16, "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 32, "max_model_len": 32, "enable_caching": true},
+            "pool_blocks": 16, "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 32, "max_model_len": 32, "enable_caching": enable_caching},
             "seed": 0
         }))
         .unwrap()
+    }
+
+    fn scenario() -> Scenario {
+        scenario_caching(true)
+    }
+
+    /// Adds and schedules `req` with a five-token prompt.
+    fn admit(e: &mut Engine, req: &str) {
+        let add = PlanOp::AddRequest {
+            req: req.into(),
+            prompt: Tokens::Ids {
+                ids: vec![1, 2, 3, 4, 5],
+            },
+            cache_salt: None,
+        };
+        e.apply(&add).unwrap();
+        let sched = PlanOp::Schedule {
+            req: req.into(),
+            num_new_tokens: 5,
+            use_prefix_cache: true,
+            full_sequence_must_fit: false,
+            delay_cache_blocks: false,
+            expect: Default::default(),
+        };
+        e.apply(&sched).unwrap();
+    }
+
+    fn ids(o: &super::OpOutcome) -> Vec<InvariantId> {
+        o.violations.iter().map(|v| v.id).collect()
+    }
+
+    #[test]
+    fn an_unfenced_free_of_a_request_in_an_unprocessed_forward_is_in_flight() {
+        // A prefill chunk samples nothing, so no output is pending: the forward itself,
+        // not yet processed, makes the free one of blocks being written.
+        let mut e = Engine::new(&scenario(), 0).unwrap();
+        e.begin_step();
+        admit(&mut e, "a");
+        let fwd = PlanOp::Forward {
+            batch: vec![BatchEntry {
+                req: "a".into(),
+                tokens: 5,
+                output: vec![],
+            }],
+        };
+        e.apply(&fwd).unwrap();
+        let out = e.apply(&PlanOp::Finish {
+            req: "a".into(),
+            fenced: false,
+        });
+        assert_eq!(ids(&out.unwrap()), [InvariantId::PlInflightFree]);
+    }
+
+    #[test]
+    fn blocks_still_held_at_the_end_fail_the_clean_end_without_cached_keys() {
+        let mut e = Engine::new(&scenario_caching(false), 0).unwrap();
+        e.begin_step();
+        admit(&mut e, "a");
+        assert_eq!(e.kv.pool.num_cached_keys(), 0);
+        let out = e.apply(&PlanOp::EndSweep).unwrap();
+        assert_eq!(ids(&out), [InvariantId::PlCleanEnd], "{:?}", out.violations);
+        // Used blocks as a share of the 15 usable: 2 (five tokens in blocks of 4).
+        assert!((e.kv.usage() - 2.0 / 15.0).abs() < 1e-12, "{}", e.kv.usage());
     }
 
     #[test]

@@ -181,3 +181,83 @@ impl Engine {
         out.check(PlannerEvent::Running { running, slots });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::Engine;
+    use crate::plan::{BatchEntry, PlanOp, Scenario, Tokens};
+
+    fn engine() -> Engine {
+        let s: Scenario = serde_json::from_value(serde_json::json!({
+            "name": "t", "model": {"groups": [{"kind": "full_attention", "block_size": 4, "layers": 1, "kv_heads": 1, "head_dim": 8}], "vocab_size": 50},
+            "pool_blocks": 16, "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 32, "max_model_len": 32, "enable_caching": true},
+            "seed": 0
+        }))
+        .unwrap();
+        let mut e = Engine::new(&s, 0).unwrap();
+        e.begin_step();
+        e
+    }
+
+    fn add(e: &mut Engine, req: &str) {
+        let prompt = Tokens::Ids { ids: (1..=9).collect() };
+        e.apply(&PlanOp::AddRequest {
+            req: req.into(),
+            prompt,
+            cache_salt: None,
+        })
+        .unwrap();
+    }
+
+    fn schedule(e: &mut Engine, req: &str, n: u64, use_cache: bool, delay: bool) -> super::OpOutcome {
+        e.apply(&PlanOp::Schedule {
+            req: req.into(),
+            num_new_tokens: n,
+            use_prefix_cache: use_cache,
+            full_sequence_must_fit: false,
+            delay_cache_blocks: delay,
+            expect: Default::default(),
+        })
+        .unwrap()
+    }
+
+    fn forward(e: &mut Engine, req: &str, tokens: u64) {
+        let batch = vec![BatchEntry {
+            req: req.into(),
+            tokens,
+            output: vec![],
+        }];
+        e.apply(&PlanOp::Forward { batch }).unwrap();
+    }
+
+    #[test]
+    fn cache_blocks_registers_computed_blocks_and_refuses_uncomputed_ones() {
+        let mut e = engine();
+        add(&mut e, "a");
+        schedule(&mut e, "a", 8, true, true);
+        let cache = |n| PlanOp::CacheBlocks {
+            req: "a".into(),
+            num_tokens: n,
+        };
+        assert!(e.apply(&cache(8)).is_err(), "a has computed nothing yet");
+        forward(&mut e, "a", 8);
+        assert_eq!(e.kv.pool.num_cached_keys(), 0, "registration was delayed");
+        assert_eq!(e.apply(&cache(8)).unwrap().result, "cached");
+        assert_eq!(e.kv.pool.num_cached_keys(), 2);
+    }
+
+    #[test]
+    fn a_request_that_skips_the_prefix_cache_gets_no_hit() {
+        let mut e = engine();
+        add(&mut e, "a");
+        schedule(&mut e, "a", 8, true, false);
+        forward(&mut e, "a", 8);
+        add(&mut e, "b");
+        let out = schedule(&mut e, "b", 9, false, false);
+        assert!(out.violations.is_empty(), "{:?}", out.violations);
+        assert_eq!(e.req("b").unwrap().req.num_computed_tokens, 0, "no cached tokens taken");
+        // The same prompt through the cache hits a's two full blocks (unexpected: poached).
+        add(&mut e, "c");
+        assert_eq!(schedule(&mut e, "c", 1, true, false).result, "poached");
+    }
+}

@@ -557,4 +557,14 @@ mod tests {
         assert!(p.reset_prefix_cache());
         assert_eq!(p.num_cached_keys(), 0);
     }
+
+    #[test]
+    fn usage_is_the_used_share_of_the_usable_blocks() {
+        let mut p = BlockPool::new(11, true);
+        assert_eq!(p.usage(), 0.0);
+        let b = p.get_new_blocks(4).unwrap();
+        assert!((p.usage() - 0.4).abs() < 1e-12, "{}", p.usage());
+        p.free_blocks(b);
+        assert_eq!(p.usage(), 0.0);
+    }
 }
