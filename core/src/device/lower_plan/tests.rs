@@ -292,3 +292,37 @@ fn every_plan_in_the_data_directory_lowers() {
     }
     assert!(n >= 2);
 }
+
+#[test]
+fn every_window_times_a_points_steady_steps_too() {
+    use crate::fpm::gate::Strategy;
+    use crate::fpm::{planner, scenarios::find_scenario, sweep::SweepOptions};
+    let s = find_scenario("glm53-flash").expect("built-in");
+    let plan = planner::plan(
+        Some(planner::for_strategy(Strategy::Native)),
+        &s,
+        &SweepOptions::default(),
+    )
+    .expect("plans")
+    .plan;
+    let windows = |every_window| {
+        let opts = LowerOptions {
+            every_window,
+            ..LowerOptions::default()
+        };
+        let l = lower_plan(&plan, &opts).expect("lowers");
+        assert_eq!(l.program.problems(), Vec::<String>::new());
+        let mut n: std::collections::BTreeMap<u32, usize> = Default::default();
+        for op in l.program.steps.iter().flat_map(|s| &s.ops) {
+            if let GpuOp::BeginTimed { point } = op {
+                *n.entry(point.0).or_default() += 1;
+            }
+        }
+        n
+    };
+    let first = windows(false);
+    let every = windows(true);
+    assert!(first.values().all(|&k| k == 1), "{first:?}");
+    assert_eq!(first.keys().collect::<Vec<_>>(), every.keys().collect::<Vec<_>>());
+    assert!(every.values().any(|&k| k > 1), "{every:?}");
+}
