@@ -67,6 +67,33 @@ fn finding_point(step: u64, detail: &str, ws: &[Window]) -> Option<u64> {
         })
 }
 
+/// The window of `point` that holds `step` (else the point's first window after it), as
+/// its ordinal among the point's windows (0: the admission window).
+fn finding_window(step: u64, point: u64, ws: &[Window]) -> Option<usize> {
+    let mut mine: Vec<&Window> = ws.iter().filter(|w| w.point == point).collect();
+    mine.sort_by_key(|w| w.step_begin);
+    mine.iter()
+        .position(|w| w.step_begin <= step && step <= w.step_end)
+        .or_else(|| mine.iter().position(|w| w.step_begin >= step))
+}
+
+/// Median and range over the runs of the `k`-th window of `point`.
+fn window_over_runs(l: &LoweredPlan, runs: &[ExecReport], point: u64, k: usize) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| {
+            let mut mine: Vec<Window> = windows(l, r).into_iter().filter(|w| w.point == point).collect();
+            mine.sort_by_key(|w| w.step_begin);
+            mine.get(k).map(|w| w.us)
+        })
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some((v[v.len() / 2], v[0], v[v.len() - 1]))
+}
+
 /// Median and range of a point's recorded time over the runs.
 fn over_runs(l: &LoweredPlan, runs: &[ExecReport], point: u64) -> Option<(f64, f64, f64, &'static str, usize)> {
     let mut v: Vec<(f64, &'static str, usize)> = runs.iter().filter_map(|r| recorded(&windows(l, r), point)).collect();
@@ -109,35 +136,102 @@ pub fn symptom(
         );
         return (json!({"point": point, "observed": false, "why": line}), line);
     };
-    let diff = a.0 - b.0;
-    let pct = 100.0 * diff / b.0.max(1e-9);
-    // Run-to-run spread of either plan: a difference inside it is not a measured symptom.
-    let spread = ((a.2 - a.1).max(b.2 - b.1)) / b.0.max(1e-9) * 100.0;
-    let observed = diff.abs() > (a.2 - a.1).max(b.2 - b.1);
+    let recorded = Compared::of((a.0, a.1, a.2), (b.0, b.1, b.2));
+    // The window the finding falls in, against the same window of the fixed plan: where a
+    // timing bug inflates or shapes a window the benchmark may not keep.
+    let window = finding_window(finding.step, point, &ws).and_then(|k| {
+        let fa = window_over_runs(failing.0, failing.1, point, k)?;
+        let fb = window_over_runs(fixed.0, fixed.1, point, k)?;
+        Some((k, Compared::of(fa, fb)))
+    });
+    let window_text = match &window {
+        Some((k, c)) => format!(
+            "; its {} at step {}: {:.1} µs vs {:.1} µs fixed: {}",
+            if *k == 0 {
+                "admission window".to_string()
+            } else {
+                format!("steady window {k}")
+            },
+            finding.step,
+            c.failing.0,
+            c.fixed.0,
+            c.text()
+        ),
+        None => String::new(),
+    };
     let line = format!(
-        "symptom at point {point} ({} at step {}): recorded {:.1} µs ({}) vs {:.1} µs fixed ({}): {:+.1} µs ({:+.1}%), run-to-run spread {:.1}%{}",
+        "symptom at point {point} ({} at step {}): recorded {:.1} µs ({}) vs {:.1} µs fixed ({}): {}{window_text}",
         finding.invariant,
         finding.step,
         a.0,
         a.3,
         b.0,
         b.3,
-        diff,
-        pct,
-        spread,
-        if observed { "" } else { ": within the spread, not observed" }
+        recorded.text(),
     );
     let v = json!({
         "point": point,
         "finding": {"invariant": finding.invariant, "step": finding.step, "detail": finding.detail},
         "failing": {"recorded_us": a.0, "range_us": [a.1, a.2], "how": a.3, "windows": a.4},
         "fixed": {"recorded_us": b.0, "range_us": [b.1, b.2], "how": b.3, "windows": b.4},
-        "difference_us": diff,
-        "difference_pct": pct,
-        "spread_pct": spread,
-        "observed": observed,
+        "difference_us": recorded.diff,
+        "difference_pct": recorded.pct,
+        "spread_pct": recorded.spread,
+        "observed": recorded.observed,
+        "window": window.map(|(k, c)| json!({
+            "ordinal": k,
+            "failing_us": c.failing.0,
+            "failing_range_us": [c.failing.1, c.failing.2],
+            "fixed_us": c.fixed.0,
+            "fixed_range_us": [c.fixed.1, c.fixed.2],
+            "difference_us": c.diff,
+            "difference_pct": c.pct,
+            "spread_pct": c.spread,
+            "observed": c.observed,
+        })),
     });
     (v, line)
+}
+
+/// A failing and a fixed time (median, least, most over the runs) compared.
+struct Compared {
+    failing: (f64, f64, f64),
+    fixed: (f64, f64, f64),
+    diff: f64,
+    pct: f64,
+    spread: f64,
+    observed: bool,
+}
+
+impl Compared {
+    fn of(failing: (f64, f64, f64), fixed: (f64, f64, f64)) -> Self {
+        let diff = failing.0 - fixed.0;
+        let base = fixed.0.max(1e-9);
+        // Run-to-run range of either plan: a difference inside it is not a measured symptom.
+        let range = (failing.2 - failing.1).max(fixed.2 - fixed.1);
+        Compared {
+            failing,
+            fixed,
+            diff,
+            pct: 100.0 * diff / base,
+            spread: 100.0 * range / base,
+            observed: diff.abs() > range,
+        }
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "{:+.1} µs ({:+.1}%), run-to-run spread {:.1}%{}",
+            self.diff,
+            self.pct,
+            self.spread,
+            if self.observed {
+                ""
+            } else {
+                ": within the spread, not observed"
+            }
+        )
+    }
 }
 
 #[cfg(test)]
@@ -180,5 +274,22 @@ mod tests {
         assert_eq!(finding_point(10, "cache_blocks inside the window", &ws), Some(1));
         assert_eq!(finding_point(15, "p9.r0.s1 hits 16 cached tokens", &ws), Some(2));
         assert_eq!(finding_point(30, "late", &ws), None);
+    }
+
+    #[test]
+    fn the_finding_window_is_the_one_holding_its_step() {
+        let ws = [w(1, 10, 1.0), w(1, 12, 1.0), w(1, 14, 1.0), w(2, 20, 1.0)];
+        assert_eq!(finding_window(10, 1, &ws), Some(0), "the admission window");
+        assert_eq!(finding_window(12, 1, &ws), Some(1));
+        assert_eq!(finding_window(13, 1, &ws), Some(2), "the next window of the point");
+        assert_eq!(finding_window(15, 1, &ws), None);
+    }
+
+    #[test]
+    fn a_difference_inside_the_run_to_run_range_is_not_observed() {
+        let c = Compared::of((110.0, 108.0, 112.0), (100.0, 99.0, 101.0));
+        assert!(c.observed);
+        assert!((c.pct - 10.0).abs() < 1e-9 && (c.spread - 4.0).abs() < 1e-9);
+        assert!(!Compared::of((101.0, 95.0, 105.0), (100.0, 99.0, 101.0)).observed);
     }
 }

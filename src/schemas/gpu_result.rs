@@ -61,6 +61,30 @@ pub struct Symptom {
     /// Why nothing could be measured.
     #[serde(default)]
     why: Option<String>,
+    /// The point's window that holds the finding's step (or its next window), against the
+    /// same window of the fixed plan.
+    #[serde(default)]
+    window: Option<SymptomWindow>,
+}
+
+/// The finding's window in both plans, over the timed runs.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SymptomWindow {
+    /// Its ordinal among the point's windows (0: the admission window).
+    ordinal: u64,
+    /// The failing plan's median over the runs.
+    failing_us: f64,
+    failing_range_us: [f64; 2],
+    /// The fixed plan's median over the runs.
+    fixed_us: f64,
+    fixed_range_us: [f64; 2],
+    difference_us: f64,
+    difference_pct: f64,
+    /// The larger run-to-run range of the two, relative to the fixed plan's time.
+    spread_pct: f64,
+    /// Whether the difference exceeds that spread.
+    observed: bool,
 }
 
 /// The simulator's finding a symptom is measured for.
