@@ -44,16 +44,27 @@ fn recorded(ws: &[Window], point: u64) -> Option<(f64, &'static str, usize)> {
     })
 }
 
-/// The point a finding at `step` is about: named in its detail ("point N"), else the window
-/// holding the step, else the next window after it.
+/// The point a finding at `step` is about: named in its detail ("point N", or a point's
+/// request or shadow "pN.r…"), else the window holding the step, else the next window after it.
 fn finding_point(step: u64, detail: &str, ws: &[Window]) -> Option<u64> {
-    let named = detail
-        .split("point ")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .filter(|n| ws.iter().any(|w| w.point == *n));
+    let digits = |rest: &str| {
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    let timed = |n: &u64| ws.iter().any(|w| w.point == *n);
+    let named = detail.split("point ").nth(1).and_then(digits).filter(timed);
+    let request = detail
+        .split(|c: char| c.is_whitespace() || c == '"')
+        .filter_map(|word| word.strip_prefix('p'))
+        .filter(|rest| {
+            rest.split_once('.')
+                .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .find_map(digits)
+        .filter(timed);
     named
+        .or(request)
         .or_else(|| {
             ws.iter()
                 .find(|w| w.step_begin <= step && step <= w.step_end)
@@ -274,6 +285,12 @@ mod tests {
         assert_eq!(finding_point(10, "cache_blocks inside the window", &ws), Some(1));
         assert_eq!(finding_point(15, "p9.r0.s1 hits 16 cached tokens", &ws), Some(2));
         assert_eq!(finding_point(30, "late", &ws), None);
+        // A point's request or shadow names it.
+        assert_eq!(
+            finding_point(20, "shadow p1.r0.shadow0 of a covered point failed", &ws),
+            Some(1)
+        );
+        assert_eq!(finding_point(10, "p2.r0.s0 hits 96 cached tokens", &ws), Some(2));
     }
 
     #[test]

@@ -255,6 +255,18 @@ pub fn lower_plan_timed(
     clock: &mut dyn HostClock,
 ) -> Result<LoweredPlan, LowerError> {
     let s = &plan.scenario;
+    // Random KDA gives a shadow private random recurrent state, which the device has no
+    // writer for: refusing beats reporting every read of it as corrupt.
+    let random_state = plan
+        .steps
+        .iter()
+        .flat_map(|st| &st.ops)
+        .any(|op| matches!(op, PlanOp::RegisterShadow { random_state: true, .. }));
+    if random_state {
+        return Err(LowerError::Unsupported(
+            "shadows with random KDA state (random_state, Dynamo's randomize_kda_state) are not lowered yet".into(),
+        ));
+    }
     let (layout, notes) = device_layout(plan, opts)?;
     let mut engines: Vec<Engine> = (0..s.dp_ranks)
         .map(|r| Engine::new(s, r))

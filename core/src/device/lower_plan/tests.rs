@@ -326,3 +326,18 @@ fn every_window_times_a_points_steady_steps_too() {
     assert_eq!(first.keys().collect::<Vec<_>>(), every.keys().collect::<Vec<_>>());
     assert!(every.values().any(|&k| k > 1), "{every:?}");
 }
+
+#[test]
+fn random_kda_state_is_refused_not_reported_as_corrupt() {
+    let mut plan = load("shadow_decode.json");
+    for op in plan.steps.iter_mut().flat_map(|st| &mut st.ops) {
+        if let PlanOp::RegisterShadow { random_state, .. } = op {
+            *random_state = true;
+        }
+    }
+    let err = lower_plan(&plan, &LowerOptions::default()).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err, LowerError::Unsupported(ref m) if m.contains("random KDA")),
+        "{err}"
+    );
+}
