@@ -60,3 +60,21 @@ impl PrefixHashes {
         hash_block(Some(t), &[STATE_MARK], None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PrefixHashes;
+
+    #[test]
+    fn a_partial_blocks_tag_names_its_parent() {
+        // The same partial tokens after different full blocks are different content.
+        let a = [1, 2, 3, 4, 9, 9];
+        let b = [5, 6, 7, 8, 9, 9];
+        let tag = |t: &[u64]| PrefixHashes::new(4).block_tag(t, 1, 6);
+        assert_ne!(tag(&a), tag(&b));
+        assert_eq!(tag(&a), tag(&a));
+        // A full block's tag is the prefix-chained block hash.
+        let mut p = PrefixHashes::new(4);
+        assert_eq!(p.block_tag(&a, 0, 4), PrefixHashes::new(4).block_tag(&a[..4], 0, 4));
+    }
+}
