@@ -567,4 +567,34 @@ mod tests {
         p.free_blocks(b);
         assert_eq!(p.usage(), 0.0);
     }
+
+    #[test]
+    fn retaining_a_free_block_takes_it_out_of_the_free_queue() {
+        let mut p = BlockPool::new(4, true);
+        let b = p.get_new_blocks(1).unwrap();
+        p.free_blocks(b.clone());
+        assert!(p.free_queue().any(|x| x == b[0]));
+        p.retain(b[0]);
+        assert_eq!(p.ref_cnt(b[0]), 1);
+        assert!(!p.free_queue().any(|x| x == b[0]), "a retained block is in use");
+        p.retain(b[0]);
+        assert_eq!(p.ref_cnt(b[0]), 2);
+        assert_eq!(p.free_queue().count(), 2);
+    }
+
+    #[test]
+    fn a_longer_partial_entry_replaces_a_shorter_primary() {
+        let mut p = BlockPool::new(4, true);
+        let b = p.get_new_blocks(1).unwrap()[0];
+        let short = BlockKey { hash: 1, group: 0 };
+        let long = BlockKey { hash: 2, group: 0 };
+        p.cache_partial_block(short, b, 2);
+        p.cache_partial_block(long, b, 3);
+        let tag = p.block_hash(b).unwrap();
+        assert_eq!((tag.key, tag.num_tokens), (long, 3));
+        assert_eq!(p.num_cached_keys(), 1, "the shorter entry is dropped");
+        // Registering the same entry again changes nothing.
+        p.cache_partial_block(long, b, 3);
+        assert_eq!(p.num_cached_keys(), 1);
+    }
 }

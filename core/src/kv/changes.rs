@@ -121,3 +121,29 @@ pub(crate) fn drain(pool: &mut PoolChanges, tables: &mut [&mut TableChanges]) ->
     out.tables.dedup();
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ModelChanges;
+    use crate::kv::hash::BlockKey;
+
+    #[test]
+    fn merge_keeps_both_sides_with_tables_once() {
+        let key = BlockKey { hash: 7, group: 0 };
+        let mut a = ModelChanges {
+            blocks: vec![1],
+            keys: vec![],
+            tables: vec![(0, 2)],
+        };
+        a.merge(ModelChanges {
+            blocks: vec![3],
+            keys: vec![key],
+            tables: vec![(0, 2), (1, 1)],
+        });
+        assert_eq!(a.blocks, [1, 3]);
+        assert_eq!(a.keys, [key]);
+        assert_eq!(a.tables, [(0, 2), (1, 1)]);
+        a.merge(ModelChanges::default());
+        assert_eq!(a.blocks, [1, 3]);
+    }
+}
