@@ -18,7 +18,7 @@ use super::{say, CliError};
 use kvsim_sim::check::goals::GOALS;
 use kvsim_sim::check::merge::merge;
 use kvsim_sim::check::run::Verdict;
-use kvsim_sim::check::suite::{check_with, hunt_all, CheckConfig, CheckReport, MutantRow};
+use kvsim_sim::check::suite::{check_with, fixed_pair, hunt_all, CheckConfig, CheckReport, MutantRow};
 use kvsim_sim::output::write_atomic;
 
 #[derive(Args, Debug)]
@@ -422,14 +422,15 @@ fn run_mutants(a: &CheckArgs, mutants: &[Mutant]) -> Result<ExitCode, CliError> 
     let rows = hunt_all(&cfg, mutants, &mut |done, total| bar.update(done, total));
     bar.finish();
     let mut commands = Vec::new();
-    for row in &rows {
+    for (row, mutant) in rows.iter().zip(mutants) {
         commands.push(match &row.plan {
             Some(plan) => Some(replay_command(row, &write_plan(&a.plans_dir, &row.mutant, plan)?)),
             None => None,
         });
-        if let (true, Some((failing, fixed))) = (a.pairs, &row.pair) {
-            write_plan(&a.plans_dir, &format!("{}.failing", row.mutant), failing)?;
-            write_plan(&a.plans_dir, &format!("{}.fixed", row.mutant), fixed)?;
+        let pair = a.pairs.then(|| fixed_pair(&cfg, row, *mutant)).flatten();
+        if let Some((failing, fixed)) = pair {
+            write_plan(&a.plans_dir, &format!("{}.failing", row.mutant), &failing)?;
+            write_plan(&a.plans_dir, &format!("{}.fixed", row.mutant), &fixed)?;
         }
     }
     let killed = rows.iter().filter(|r| r.killed && r.replay_reproduces).count();

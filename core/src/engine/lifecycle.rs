@@ -288,23 +288,7 @@ mod tests {
     fn unknown_and_finished_ids_are_ignored_and_fenced_frees_wait() {
         let mut e = Engine::new(&scenario(), 0).unwrap();
         e.begin_step();
-        let add = PlanOp::AddRequest {
-            req: "a".into(),
-            prompt: Tokens::Ids {
-                ids: vec![1, 2, 3, 4, 5],
-            },
-            cache_salt: None,
-        };
-        e.apply(&add).unwrap();
-        let sched = PlanOp::Schedule {
-            req: "a".into(),
-            num_new_tokens: 5,
-            use_prefix_cache: true,
-            full_sequence_must_fit: false,
-            delay_cache_blocks: false,
-            expect: Default::default(),
-        };
-        e.apply(&sched).unwrap();
+        admit(&mut e, "a");
         let free_before = e.kv.pool.num_free_blocks();
         assert_eq!(e.finish_requests(&["ghost", "a", "a"], true), ["a"]);
         assert_eq!(e.kv.pool.num_free_blocks(), free_before, "fenced: held until processed");

@@ -432,10 +432,6 @@ pub struct MutantRow {
     /// The shrunk plan.
     #[serde(skip)]
     pub plan: Option<Plan>,
-    /// A planner mutant's whole failing plan and the same case planned without the mutant
-    /// (to time the bug's symptom: `kvsim replay FAILING --backend gpu --against FIXED`).
-    #[serde(skip)]
-    pub pair: Option<(Plan, Plan)>,
 }
 
 /// Cases tried after a mutant's first kill for a smaller shrunk plan.
@@ -468,7 +464,6 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         in_engine: mutant.in_engine(),
         seconds: 0.0,
         plan: None,
-        pair: None,
     };
     // After the first kill, a few more cases are tried and the smallest shrunk
     // plan kept (`cases` still counts the cases up to the first kill).
@@ -511,13 +506,25 @@ pub fn hunt(cfg: &CheckConfig, mutant: Mutant) -> MutantRow {
         row.original_ops = Some(op_count(plan));
         row.shrunk_ops = Some(op_count(&small));
         row.plan = Some(small);
-        row.pair = (!mutant.in_engine())
-            .then(|| case_plan(base, &cfg.spec(i, base), None).ok())
-            .flatten()
-            .map(|fixed| (plan.clone(), fixed));
     }
     row.seconds = t0.elapsed().as_secs_f64();
     row
+}
+
+/// A planner mutant's kill, whole: the failing case's plan and the same case planned without
+/// the mutant (to time the bug's symptom: `kvsim replay FAILING --backend gpu --against FIXED`).
+/// `None` for engine and model mutants (their plans hold no bug) and rows without a kill.
+pub fn fixed_pair(cfg: &CheckConfig, row: &MutantRow, mutant: Mutant) -> Option<(Plan, Plan)> {
+    let (name, i) = (row.scenario.as_deref()?, row.case?);
+    let base = cfg.scenarios.iter().find(|b| b.name == name)?;
+    if mutant.in_engine() {
+        return None;
+    }
+    let spec = cfg.spec(i, base);
+    Some((
+        case_plan(base, &spec, Some(mutant)).ok()?,
+        case_plan(base, &spec, None).ok()?,
+    ))
 }
 
 /// The plan, written as JSON and loaded back as `kvsim replay` would, fails with `invariant`.
