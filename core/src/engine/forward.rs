@@ -144,7 +144,9 @@ impl Engine {
                 }
             }
             r.req.num_computed_tokens = end;
-            if self.scenario.scheduler.async_scheduling || self.output_delay > 0 {
+            // Outputs are processed in step order: behind a delayed step's, this one's wait too.
+            let queued = !self.pending_outputs.is_empty();
+            if self.scenario.scheduler.async_scheduling || self.output_delay > 0 || queued {
                 // The step's result lands later for every request it scheduled,
                 // partial prefill chunks included: until then its tokens are in
                 // flight, and vLLM frees out-of-window blocks only below the

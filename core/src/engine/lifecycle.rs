@@ -32,10 +32,14 @@ impl Engine {
 
     pub(super) fn process_outputs(&mut self, lag: u64) -> OpOutcome {
         let now = self.step_seq;
-        let (landing, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_outputs)
-            .into_iter()
-            .partition(|p| p.land_seq <= now && p.step_seq + lag <= now);
-        self.pending_outputs = waiting;
+        // One output queue, processed in step order: a late step's outputs hold back
+        // every later step's (a request's tokens are appended in the order it sampled them).
+        let ready = self
+            .pending_outputs
+            .iter()
+            .take_while(|p| p.land_seq <= now && p.step_seq + lag <= now)
+            .count();
+        let landing: Vec<_> = self.pending_outputs.drain(..ready).collect();
         for p in landing {
             if let Some(r) = self.requests.get_mut(&p.req) {
                 r.req.num_output_placeholders -= p.tokens.len() as u64;
@@ -270,6 +274,31 @@ mod tests {
             fenced: false,
         });
         assert_eq!(ids(&out.unwrap()), [InvariantId::PlInflightFree]);
+    }
+
+    #[test]
+    fn a_delayed_steps_outputs_are_not_overtaken_by_a_later_steps() {
+        let forward = |output: u64, tokens: u64| PlanOp::Forward {
+            batch: vec![BatchEntry {
+                req: "a".into(),
+                tokens,
+                output: vec![output],
+            }],
+        };
+        let mut e = Engine::new(&scenario(), 0).unwrap();
+        e.begin_step();
+        admit(&mut e, "a");
+        e.output_delay = 2; // what a `delay_outputs` fault sets at this step
+        e.apply(&forward(7, 5)).unwrap();
+        e.apply(&PlanOp::ProcessOutputs { lag: 0 }).unwrap();
+        e.begin_step();
+        e.apply(&forward(8, 1)).unwrap();
+        e.apply(&PlanOp::ProcessOutputs { lag: 0 }).unwrap();
+        let a = |e: &Engine| e.requests["a"].req.tokens.clone();
+        assert_eq!(a(&e), [1, 2, 3, 4, 5], "step 2's output waits behind step 1's");
+        e.begin_step();
+        e.apply(&PlanOp::ProcessOutputs { lag: 0 }).unwrap();
+        assert_eq!(a(&e), [1, 2, 3, 4, 5, 7, 8], "appended in the order they were sampled");
     }
 
     #[test]

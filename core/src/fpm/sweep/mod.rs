@@ -573,7 +573,7 @@ fn plan_execution(
         let admission = k == 0;
         let schedule = !(admission && kv == Kv::Fake);
         timed.push(p.step(|rank| {
-            let mut ops = decode_step(injected.len(), rank, id, admission, schedule, &req);
+            let mut ops = decode_step(injected.len(), rank, id, (k, vocab), admission, schedule, &req);
             if admission && late_cache {
                 let at = ops
                     .iter()

@@ -6,8 +6,10 @@ use crate::plan::{salted_at, BatchEntry, PlanOp, Tokens};
 /// A per-(rank, slot) name: a request's cache salt, or what its prompt tokens are drawn from.
 pub(super) type SlotName<'a> = &'a dyn Fn(u32, usize) -> String;
 
-/// A deterministic stand-in for a sampled token.
-fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
+/// A deterministic stand-in for a request's k-th sampled token (k = 0: its prefill's;
+/// k = 1 + j: its j-th decode step's). Salted per request, so a batch's continuations
+/// differ and route to different MoE experts as a real batch's do (spec/plan.md §3).
+pub(super) fn sampled(req: &str, k: u64, vocab: u64) -> u64 {
     // Position k of `Tokens::Salted { salt: "{req}:sample", .. }`.
     salted_at(&format!("{req}:sample"), k, vocab)
 }
@@ -162,6 +164,7 @@ pub(super) fn decode_step(
     batch: usize,
     rank: u32,
     point: u64,
+    (step, vocab): (u64, u64),
     admission: bool,
     schedule: bool,
     req: SlotName<'_>,
@@ -184,10 +187,14 @@ pub(super) fn decode_step(
     }
     ops.push(PlanOp::BeginTimed { point });
     let entries = (0..batch)
-        .map(|slot| BatchEntry {
-            req: req(rank, slot),
-            tokens: 1,
-            output: vec![1],
+        .map(|slot| {
+            let r = req(rank, slot);
+            let output = vec![sampled(&r, 1 + step, vocab)];
+            BatchEntry {
+                req: r,
+                tokens: 1,
+                output,
+            }
         })
         .collect();
     ops.push(PlanOp::Forward { batch: entries });

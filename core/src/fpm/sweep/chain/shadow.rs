@@ -195,6 +195,7 @@ fn timed_steps(
     req: &dyn Fn(u32, usize) -> String,
 ) -> Timed {
     let id = pt.point.benchmark_id;
+    let vocab = p.s.scenario.model.vocab_size;
     let injected = &pt.adm.injected_lengths;
     let mut timed = Timed {
         steps: Vec::new(),
@@ -207,7 +208,7 @@ fn timed_steps(
                 // (bug 15) the failed rank idles; its fallback comes later.
                 return vec![PlanOp::ProcessOutputs { lag: 0 }];
             }
-            let mut ops = decode_step(injected.len(), rank, id, k == 0, false, req);
+            let mut ops = decode_step(injected.len(), rank, id, (k, vocab), k == 0, false, req);
             if k == 0 && late_release {
                 let at = ops
                     .iter()

@@ -5,6 +5,7 @@ use super::live::Live;
 use super::registration::shadow_tail_blocks;
 use crate::bugs::BugMutant;
 use crate::fpm::capacity::LayoutNeed;
+use crate::fpm::sweep::ops::sampled;
 use crate::fpm::sweep::{StageRecord, SweepBuilder};
 use crate::kv::GroupKind;
 use crate::plan::{BatchEntry, Expect, FaultSpec, PlanOp, Tokens};
@@ -207,10 +208,15 @@ impl StageBuild {
             live.op(op);
             left -= n;
             let completes = live.e.requests[&id].req.num_computed_tokens + n >= depth;
+            let output = if completes {
+                vec![sampled(&id, 0, self.vocab)]
+            } else {
+                vec![]
+            };
             fwd.push(BatchEntry {
                 req: id,
                 tokens: n,
-                output: if completes { vec![1] } else { vec![] },
+                output,
             });
         }
         fwd
