@@ -75,3 +75,22 @@ impl FromStr for ModelMutant {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ModelMutant;
+
+    #[test]
+    fn every_model_mutant_parses_back_from_its_name_and_unknown_names_are_refused() {
+        for m in ModelMutant::ALL {
+            assert_eq!(m.name().parse::<ModelMutant>(), Ok(m), "{m}");
+            assert_eq!(m.to_string(), m.name());
+        }
+        let err = "leak-on-frees".parse::<ModelMutant>().unwrap_err();
+        assert!(err.starts_with("unknown model mutant \"leak-on-frees\""), "{err}");
+        assert!(
+            err.contains("touch-forgets-ref") && err.contains("hand-out-null-block"),
+            "{err}"
+        );
+    }
+}

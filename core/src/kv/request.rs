@@ -115,3 +115,23 @@ impl Request {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Request, RequestStatus};
+
+    #[test]
+    fn only_the_statuses_after_preempted_are_finished() {
+        use RequestStatus::*;
+        for s in [Waiting, Running, Preempted] {
+            assert!(!s.is_finished(), "{s:?}");
+        }
+        for s in [FinishedStopped, FinishedLengthCapped, FinishedAborted] {
+            assert!(s.is_finished(), "{s:?}");
+        }
+        assert!(
+            !Request::new(0, vec![1, 2, 3], None, Some(2)).status.is_finished(),
+            "a new request waits"
+        );
+    }
+}

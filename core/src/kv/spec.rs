@@ -350,4 +350,30 @@ mod tests {
         assert!(cfg(&[(m, 256)], true).validate().is_err());
         assert!(cfg(&[(m, 256)], false).validate().is_ok());
     }
+
+    #[test]
+    fn windows_and_chunks_beyond_the_supported_size_are_refused() {
+        let too_big = MAX_SIZE + 16;
+        let swa = |w| GroupKind::SlidingWindow { sliding_window: w };
+        let chunk = |c| GroupKind::ChunkedLocal {
+            attention_chunk_size: c,
+        };
+        for kind in [swa(too_big), chunk(too_big)] {
+            let e = cfg(&[(GroupKind::FullAttention, 16), (kind, 16)], true)
+                .validate()
+                .unwrap_err();
+            assert_eq!(
+                e.0,
+                format!("size {too_big} exceeds the supported maximum {MAX_SIZE}"),
+                "{kind:?}"
+            );
+        }
+        for kind in [swa(MAX_SIZE), chunk(MAX_SIZE)] {
+            assert_eq!(
+                cfg(&[(GroupKind::FullAttention, 16), (kind, 16)], true).validate(),
+                Ok(()),
+                "{kind:?}"
+            );
+        }
+    }
 }

@@ -395,7 +395,8 @@ impl GroupManager {
 
 #[cfg(test)]
 mod tests {
-    use super::cdiv;
+    use super::{cdiv, GroupManager};
+    use crate::kv::{BlockPool, GroupKind, GroupSpec};
 
     #[test]
     fn cdiv_rounds_up_like_python_for_any_sign_and_size() {
@@ -404,5 +405,25 @@ mod tests {
                 assert_eq!(cdiv(a, b), (a + b - 1).div_euclid(b), "{a} / {b}");
             }
         }
+    }
+
+    #[test]
+    fn a_request_is_tracked_from_adopting_its_hits_until_it_is_freed() {
+        let spec = GroupSpec {
+            kind: GroupKind::FullAttention,
+            block_size: 4,
+        };
+        let mut pool = BlockPool::new(8, true);
+        let mut m = GroupManager::new(0, spec, true, None);
+        let hits = pool.get_new_blocks(2).unwrap();
+        assert!(!m.tracks_cached(7), "nothing adopted yet");
+        m.add_local_computed_blocks(&mut pool, 7, &hits, 8);
+        assert!(m.tracks_cached(7), "the hits are the request's cached blocks");
+        assert_eq!((m.table(7), m.num_cached_blocks(7)), (&hits[..], Some(2)));
+        // A tracked request needs only what its table lacks: the hits are not counted again.
+        assert_eq!(m.num_blocks_to_allocate(&pool, 7, 12, &hits, 8, 12, false), 1);
+        m.free(&mut pool, 7);
+        assert!(!m.tracks_cached(7), "a freed request is forgotten");
+        assert_eq!(m.num_cached_blocks(7), None);
     }
 }
