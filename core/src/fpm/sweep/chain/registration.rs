@@ -188,3 +188,77 @@ fn registered_until_dry(e: &Engine, spans: Vec<Span>, free: usize) -> Vec<Shadow
     }
     groups
 }
+
+#[cfg(test)]
+mod tests {
+    use super::registration_op;
+    use crate::bugs::BugMutant;
+    use crate::engine::Engine;
+    use crate::plan::{PlanOp, Scenario, ShadowGroup, Tokens};
+
+    /// Two full-attention groups of 4-token blocks; chain `c` holds two blocks in
+    /// each, which leaves one block of the pool free.
+    fn engine_with_a_chain() -> Engine {
+        let fa =
+            serde_json::json!({"kind": "full_attention", "block_size": 4, "layers": 1, "kv_heads": 1, "head_dim": 8});
+        let s: Scenario = serde_json::from_value(serde_json::json!({
+            "name": "t", "model": {"groups": [fa, fa], "vocab_size": 50},
+            "pool_blocks": 6, "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 32, "max_model_len": 32, "enable_caching": true},
+            "seed": 0
+        }))
+        .unwrap();
+        let mut e = Engine::new(&s, 0).unwrap();
+        e.begin_step();
+        let ops = [
+            PlanOp::AddRequest {
+                req: "c".into(),
+                prompt: Tokens::Ids { ids: (1..=8).collect() },
+                cache_salt: None,
+            },
+            PlanOp::Schedule {
+                req: "c".into(),
+                num_new_tokens: 8,
+                use_prefix_cache: true,
+                full_sequence_must_fit: false,
+                delay_cache_blocks: false,
+                expect: Default::default(),
+            },
+        ];
+        for op in &ops {
+            e.apply(op).unwrap();
+        }
+        assert_eq!(e.kv.get_block_ids(e.requests["c"].req.id), [vec![1, 2], vec![3, 4]]);
+        assert_eq!(e.kv.pool.num_free_blocks(), 1);
+        e
+    }
+
+    fn registered(op: PlanOp) -> (Vec<ShadowGroup>, bool) {
+        let PlanOp::RegisterShadow { groups, ok, .. } = op else {
+            panic!("not a registration: {op:?}");
+        };
+        (groups, ok)
+    }
+
+    #[test]
+    fn a_shortfall_registers_nothing_and_bug_1_registers_groups_until_the_pool_runs_dry() {
+        let e = engine_with_a_chain();
+        // At ctx 6 with one steady write each group shares block 0 and draws one tail
+        // block (copied from block 1): two blocks wanted, one free.
+        let register = |mutant| registration_op(&e, ("s", "c"), 6, 1, (true, false), mutant);
+        assert_eq!(registered(register(None)), (Vec::new(), false), "all or nothing");
+        let (groups, ok) = registered(register(Some(BugMutant::RegistrationNotAtomic)));
+        assert!(!ok);
+        let first = ShadowGroup {
+            shared: vec![1],
+            tail: vec![5],
+            cow_from: Some(2),
+            cow_more: Vec::new(),
+            num_cached: None,
+        };
+        assert_eq!(
+            groups,
+            [first],
+            "the first group takes the last free block; the second does not fit"
+        );
+    }
+}

@@ -199,3 +199,40 @@ pub(super) fn mark_covered(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::trimmed_depth;
+    use std::cell::Cell;
+
+    #[test]
+    fn the_trim_finds_the_deepest_fitting_depth_by_bisection() {
+        // (depth wanted, deepest that fits): the answer is that depth (capped at the
+        // wanted one), or 0 below depth 8.
+        let cases = [
+            (1 << 20, 300_000),
+            (1 << 20, 8),
+            (1 << 20, 7),
+            (100, 99),
+            (100, 100),
+            (9, 8),
+            (40, 23),
+        ];
+        for (depth, limit) in cases {
+            let probes = Cell::new(0u32);
+            let fits = |d: u64| {
+                probes.set(probes.get() + 1);
+                d <= limit
+            };
+            let want = if limit < 8 { 0 } else { limit.min(depth) };
+            assert_eq!(trimmed_depth(depth, fits), want, "depth {depth}, fits up to {limit}");
+            // One probe at depth 8, then one per halving of [8, depth].
+            let halvings = u64::BITS - (depth - 8).leading_zeros();
+            assert!(
+                probes.get() <= 1 + halvings,
+                "depth {depth}, fits up to {limit}: {} probes",
+                probes.get()
+            );
+        }
+    }
+}

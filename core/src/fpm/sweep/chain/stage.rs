@@ -311,3 +311,52 @@ pub(super) fn readmit(p: &mut SweepBuilder<'_>, waiting: Vec<Vec<(String, Tokens
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::ids::{chain_id, chain_salt, chain_tokens};
+    use super::{build_stage, waiting_chains};
+    use crate::engine::Engine;
+    use crate::fpm::capacity::LayoutNeed;
+    use crate::fpm::gate::gate;
+    use crate::fpm::grid::build_grid;
+    use crate::fpm::scenarios::{find_scenario, BuiltinScenario};
+    use crate::fpm::sweep::{sweep_meta, SweepBuilder, SweepOptions};
+    use crate::kv::RequestStatus;
+
+    /// A chain planner of `s` at step 0 with its engines (one rank).
+    fn planner<'a>(s: &'a BuiltinScenario, opts: &SweepOptions) -> SweepBuilder<'a> {
+        let cfg = s.grid_config();
+        let grid = build_grid(&cfg, &LayoutNeed::new(s.scenario.kv_config())).unwrap();
+        let usable = cfg.capacity.usable_blocks_with_watermark;
+        let meta = sweep_meta(s, None, &gate(s), None, &grid, usable, opts);
+        let mut p = SweepBuilder::new(s, meta, opts);
+        p.engines = Some(vec![Engine::new(&s.scenario, 0).unwrap()]);
+        p
+    }
+
+    #[test]
+    fn a_build_cut_by_the_deadline_leaves_the_unscheduled_chains_waiting() {
+        let s = find_scenario("llama31-8b").unwrap();
+        assert_eq!(
+            (s.scenario.dp_ranks, s.scenario.scheduler.max_num_batched_tokens),
+            (1, 2048)
+        );
+        let mut p = planner(&s, &SweepOptions::default());
+        // The deadline passes with the first build step, whose token budget chain 0's
+        // first chunk uses up.
+        p.deadline_ns = Some(1);
+        let (batch, depth) = (3, 3000);
+        assert_eq!(build_stage(&mut p, 1, batch, depth, 0), Err(true));
+        let chain0 = &p.engine(0).requests[&chain_id(1, 0, 0)].req;
+        assert_eq!(
+            (chain0.status, chain0.num_computed_tokens),
+            (RequestStatus::Running, 2048)
+        );
+        let vocab = s.scenario.model.vocab_size;
+        let waiting: Vec<_> = (1..batch)
+            .map(|i| (chain_id(1, 0, i), chain_tokens(0, i, depth, vocab), chain_salt(0, i)))
+            .collect();
+        assert_eq!(waiting_chains(&p, 1, batch), [waiting]);
+    }
+}
