@@ -9,6 +9,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{read_file, say, CliError};
+use kvsim_sim::cost::bands::{bands, ranges, Calibration};
 use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, RowKind, Sample};
 use kvsim_sim::cost::load_profile;
 use kvsim_sim::cost::results::read_gpu_results_with;
@@ -42,6 +43,10 @@ pub struct CalibrateArgs {
     /// parameter keeps the start profile's value exactly. Default: all.
     #[arg(long, value_delimiter = ',')]
     pub fit: Vec<String>,
+    /// The share of the fitted steps' and windows' errors a predicted band covers (the residual
+    /// quantile, in (0, 1]): `kvsim predict` gives every step and point this band.
+    #[arg(long, default_value_t = kvsim_sim::cost::bands::DEFAULT_QUANTILE)]
+    pub band_quantile: f64,
 }
 
 /// One flag per parameter: free to move (all when `names` is empty).
@@ -62,6 +67,12 @@ fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
 pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     if !(a.prior.is_finite() && a.prior >= 0.0) {
         return Err(CliError::Input(format!("--prior {} must be finite and >= 0", a.prior)));
+    }
+    if !(a.band_quantile > 0.0 && a.band_quantile <= 1.0) {
+        return Err(CliError::Input(format!(
+            "--band-quantile {} must be in (0, 1]",
+            a.band_quantile
+        )));
     }
     let free = free_params(&a.fit)?;
     let mut profile = load_profile(&a.start).map_err(CliError::Input)?;
@@ -108,6 +119,11 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         a.start
     );
     let fitted = rows(&samples, &profile.params);
+    let cal = Calibration {
+        quantile: a.band_quantile,
+        bands: bands(&samples, &fitted, &profile.params, a.band_quantile),
+        ranges: ranges(samples.iter().flat_map(|s| &s.steps)),
+    };
     let per_file: Vec<serde_json::Value> = samples
         .iter()
         .enumerate()
@@ -127,6 +143,9 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "mape_after_pct": report.after.iter().cloned().collect::<BTreeMap<_, _>>(),
         "per_file": per_file,
         "fitted_params": names.iter().zip(&free).filter(|(_, f)| **f).map(|(n, _)| *n).collect::<Vec<_>>(),
+        "band_quantile": cal.quantile,
+        "bands": cal.band_rows(),
+        "ranges": cal.range_rows(),
     }));
     if let (Some(p), Some(earlier)) = (profile.provenance.as_mut(), start_provenance) {
         p["start_provenance"] = earlier;

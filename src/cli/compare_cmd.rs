@@ -9,7 +9,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::{read_file, say, CliError};
-use kvsim_sim::cost::compare::{check_pair, compare_pair, mape_points, mape_retained, worst, PairCmp};
+use kvsim_sim::cost::compare::{
+    band_coverage, by_shapes, check_pair, compare_pair, mape_points, mape_retained, worst, PairCmp,
+};
 use kvsim_sim::cost::results::{read_gpu_results_with, read_prediction};
 use kvsim_sim::cost::svg::plot;
 use kvsim_sim::output::write_atomic;
@@ -94,6 +96,30 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
         points.iter().filter(|p| p.decode_only).count(),
         fmt(retained)
     ))?;
+    let coverage = band_coverage(&pairs);
+    if coverage.any() {
+        let c = |what: &str, c: &kvsim_sim::cost::compare::Coverage| {
+            format!("{what} {} of {} ({})", c.inside, c.total, fmt(c.pct))
+        };
+        say(format_args!(
+            "inside their predicted bands: {}, {}, {}",
+            c("retained samples of decode points", &coverage.retained_decode),
+            c("windows", &coverage.windows),
+            c("steps", &coverage.steps)
+        ))?;
+    } else {
+        say("no predicted bands (the profile has none: calibrate it with this kvsim)")?;
+    }
+    let shapes = by_shapes(&points);
+    if shapes.calibrated_points + shapes.extrapolated_points > 0 {
+        say(format_args!(
+            "retained-sample MAPE of decode points by shapes: calibrated {} ({} points), extrapolated {} ({} points)",
+            fmt(shapes.calibrated),
+            shapes.calibrated_points,
+            fmt(shapes.extrapolated),
+            shapes.extrapolated_points
+        ))?;
+    }
     for p in &pairs {
         say(format_args!(
             "  {}: {} points, window MAPE {} (decode {}), retained {}; {} steps, step MAPE {}",
@@ -127,6 +153,8 @@ pub fn run(a: CompareArgs) -> Result<ExitCode, CliError> {
             "mape_points_pct": all,
             "mape_decode_points_pct": decode,
             "mape_retained_decode_points_pct": retained,
+            "band_coverage": coverage,
+            "retained_decode_by_shapes": shapes,
             "pairs": pairs,
             "worst": worst(&points, 5),
         });

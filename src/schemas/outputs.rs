@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use kvsim_sim::check::suite::MutantRow;
-use kvsim_sim::cost::compare::{PairCmp, PointCmp};
+use kvsim_sim::cost::compare::{BandCoverage, ByShapes, PairCmp, PointCmp};
 use kvsim_sim::cost::desc::StepDesc;
 use kvsim_sim::cost::Params;
 use schemars::JsonSchema;
@@ -67,6 +67,12 @@ pub struct PredictedStep {
     ctx_tokens: u64,
     kv_bytes: u64,
     decode_only: bool,
+    /// The calibration's band for a step of this kind, in percent (a calibrated profile only).
+    band_pct: Option<f64>,
+    /// `calibrated`, `extrapolated` or `unknown` (a profile without calibrated ranges).
+    shapes: String,
+    /// Why the shapes are extrapolated.
+    outside: Option<Vec<String>>,
 }
 
 #[derive(JsonSchema)]
@@ -84,6 +90,13 @@ pub struct PredictedPoint {
     /// The point's last timed step (its retained sample) and its predicted device time.
     retained_step: Option<u64>,
     retained_device_us: Option<f64>,
+    /// The window's band and its retained sample's, in percent (a calibrated profile only).
+    band_pct: Option<f64>,
+    retained_band_pct: Option<f64>,
+    /// Over the window's steps: `calibrated`, `extrapolated` or `unknown`.
+    shapes: String,
+    /// Why the shapes are extrapolated.
+    outside: Option<Vec<String>>,
 }
 
 #[derive(JsonSchema)]
@@ -128,6 +141,10 @@ pub struct Comparison {
     mape_points_pct: Option<f64>,
     mape_decode_points_pct: Option<f64>,
     mape_retained_decode_points_pct: Option<f64>,
+    /// Measured values inside their predicted bands: `retained_decode`, `windows`, `steps`.
+    band_coverage: BandCoverage,
+    /// Retained-sample MAPE of decode points whose shapes were `calibrated` / `extrapolated`.
+    retained_decode_by_shapes: ByShapes,
     pairs: Vec<PairCmp>,
     /// The five points predicted worst.
     worst: Vec<PointCmp>,

@@ -572,3 +572,118 @@ fn a_profile_written_before_the_mla_rates_keeps_its_hash_and_meaning() {
     assert_eq!(p.params.attn_latent_mma_iter_ns, p.params.attn_mma_iter_ns);
     assert_eq!(p.params.write_latent_elem_ns, p.params.write_elem_ns);
 }
+
+/// `fake_gpu_results` with every step and window off by a deterministic -6..+6 %.
+fn noisy_gpu_results(plan: &Plan, truth: &Params) -> Value {
+    let mut v = fake_gpu_results(plan, truth);
+    for key in ["steps", "points"] {
+        for (i, row) in v[key].as_array_mut().unwrap().iter_mut().enumerate() {
+            let us = row["device_us"].as_f64().unwrap();
+            row["device_us"] = json!(us * (1.0 + 0.06 * ((i as f64) * 1.7).sin()));
+        }
+    }
+    v
+}
+
+#[test]
+fn calibration_bands_cover_their_quantile_and_unseen_shapes_are_flagged_extrapolated() {
+    let plan = sweep_plan("gpt-oss-tp");
+    let other = deepseek_chain_plan();
+    let f = |n: &str| tmp(&format!("bands.{n}"));
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    write(&f("plan.json"), &serde_json::to_value(&plan).unwrap());
+    write(&f("other.json"), &serde_json::to_value(&other).unwrap());
+    write(&f("gpu.json"), &noisy_gpu_results(&plan, &true_params()));
+    let cal = ["calibrate", &s(&f("gpu.json")), "--out", &s(&f("prof.json"))];
+    assert_eq!(kvsim(&cal).unwrap(), 0);
+    let prof: Value = serde_json::from_str(&std::fs::read_to_string(f("prof.json")).unwrap()).unwrap();
+    assert_valid("profile", "calibrate --out", &prof);
+    assert_eq!(prof["provenance"]["band_quantile"], 0.9);
+    let bands = prof["provenance"]["bands"].as_array().unwrap();
+    let step_band = bands.iter().find(|b| b["class"] == "step").unwrap()["pct"]
+        .as_f64()
+        .unwrap();
+    assert!(step_band > 0.5 && step_band < 12.0, "{step_band}");
+    let ranges = prof["provenance"]["ranges"].as_array().unwrap();
+    assert!(ranges
+        .iter()
+        .any(|r| r["kernel"].as_str().unwrap().starts_with("decode ")));
+
+    // The calibrated plan: every step's shapes are inside the ranges, every step has a band,
+    // and at least the quantile's share of the measured steps falls inside.
+    let pred = [
+        "predict",
+        &s(&f("plan.json")),
+        "--profile",
+        &s(&f("prof.json")),
+        "--out",
+        &s(&f("sim.json")),
+    ];
+    assert_eq!(kvsim(&pred).unwrap(), 0);
+    let sim: Value = serde_json::from_str(&std::fs::read_to_string(f("sim.json")).unwrap()).unwrap();
+    closed_and_typed("predict", "predict --out (calibrated profile)", &sim);
+    let steps = sim["steps"].as_array().unwrap();
+    assert!(steps
+        .iter()
+        .all(|x| x["shapes"] == "calibrated" && x["band_pct"].is_number()));
+    let cmp = [
+        "compare",
+        &s(&f("sim.json")),
+        &s(&f("gpu.json")),
+        "--out",
+        &s(&f("cmp.json")),
+    ];
+    assert_eq!(kvsim(&cmp).unwrap(), 0);
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(f("cmp.json")).unwrap()).unwrap();
+    closed_and_typed("compare", "compare --out (bands)", &c);
+    let cov = &c["band_coverage"]["steps"];
+    assert_eq!(cov["total"].as_u64(), Some(steps.len() as u64));
+    assert!(cov["pct"].as_f64().unwrap() >= 85.0, "{cov}");
+
+    // A layout the calibration never measured: its kernels are flagged, with why.
+    let pred = [
+        "predict",
+        &s(&f("other.json")),
+        "--profile",
+        &s(&f("prof.json")),
+        "--out",
+        &s(&f("other.sim.json")),
+    ];
+    assert_eq!(kvsim(&pred).unwrap(), 0);
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(f("other.sim.json")).unwrap()).unwrap();
+    let flagged: Vec<&Value> = o["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["shapes"] == "extrapolated")
+        .collect();
+    assert!(!flagged.is_empty());
+    assert!(flagged
+        .iter()
+        .all(|x| x["outside"].as_array().is_some_and(|w| !w.is_empty())));
+    assert!(o["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["shapes"] == "extrapolated"));
+
+    // An uncalibrated profile has no bands and says it cannot judge the shapes.
+    let pred = ["predict", &s(&f("plan.json")), "--out", &s(&f("h200.sim.json"))];
+    assert_eq!(kvsim(&pred).unwrap(), 0);
+    let h: Value = serde_json::from_str(&std::fs::read_to_string(f("h200.sim.json")).unwrap()).unwrap();
+    assert!(h["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["shapes"] == "unknown" && x.get("band_pct").is_none()));
+    let bad = [
+        "calibrate",
+        &s(&f("gpu.json")),
+        "--out",
+        &s(&f("bad.json")),
+        "--band-quantile",
+        "1.5",
+    ];
+    assert_eq!(kvsim(&bad).unwrap_err().exit_code(), 2);
+    assert!(!f("bad.json").exists());
+}

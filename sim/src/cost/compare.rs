@@ -32,6 +32,17 @@ pub struct PointCmp {
     pub retained_measured_us: Option<f64>,
     /// The retained sample's error (%).
     pub retained_error_pct: Option<f64>,
+    /// The window's predicted band (%), from a calibrated profile.
+    pub band_pct: Option<f64>,
+    /// The measured window lies inside its band.
+    pub in_band: Option<bool>,
+    /// The retained sample's predicted band (%).
+    pub retained_band_pct: Option<f64>,
+    /// The measured retained sample lies inside its band.
+    pub retained_in_band: Option<bool>,
+    /// The prediction's verdict on the window's kernel shapes: `calibrated`, `extrapolated` or
+    /// `unknown`.
+    pub shapes: Option<String>,
 }
 
 /// The first step (in program order) whose prediction misses by more than the tolerance.
@@ -66,6 +77,14 @@ pub struct PairCmp {
     pub mape_steps: Option<f64>,
     /// The first step whose error crosses the threshold.
     pub first_divergence: Option<Divergence>,
+    /// Steps with a predicted band, and how many of them were measured inside it.
+    pub steps_with_band: usize,
+    /// Steps measured inside their band.
+    pub steps_in_band: usize,
+}
+
+fn inside(error_pct: Option<f64>, band_pct: Option<f64>) -> Option<bool> {
+    Some(error_pct?.abs() <= band_pct?)
 }
 
 /// Why two files cannot be compared.
@@ -113,7 +132,13 @@ pub fn compare_pair(label: &str, pred: &Prediction, gpu: &GpuResults, tolerance_
                 (Some(a), Some(b)) => Some(pct(a, b)),
                 _ => None,
             };
+            let error_pct = pct(p.device_us, m.device_us);
             points.push(PointCmp {
+                band_pct: p.band_pct,
+                in_band: inside(Some(error_pct), p.band_pct),
+                retained_band_pct: p.retained_band_pct,
+                retained_in_band: inside(retained_error_pct, p.retained_band_pct),
+                shapes: p.shapes.clone(),
                 retained_predicted_us: p.retained_device_us,
                 retained_measured_us,
                 retained_error_pct,
@@ -124,19 +149,24 @@ pub fn compare_pair(label: &str, pred: &Prediction, gpu: &GpuResults, tolerance_
                 decode_only: p.decode_only,
                 predicted_us: p.device_us,
                 measured_us: m.device_us,
-                error_pct: pct(p.device_us, m.device_us),
+                error_pct,
             });
         }
     }
     points.sort_by_key(|p| p.point);
     let mut errs = Vec::new();
     let mut first = None;
+    let (mut with_band, mut in_band) = (0, 0);
     for (i, (p, m)) in pred.steps.iter().zip(&gpu.steps).enumerate() {
         if m.device_us <= 0.0 {
             continue;
         }
         let e = pct(p.device_us, m.device_us);
         errs.push(e.abs());
+        if let Some(inside) = inside(Some(e), p.band_pct) {
+            with_band += 1;
+            in_band += usize::from(inside);
+        }
         if first.is_none() && e.abs() > tolerance_pct {
             first = Some(Divergence {
                 label: label.to_string(),
@@ -154,6 +184,8 @@ pub fn compare_pair(label: &str, pred: &Prediction, gpu: &GpuResults, tolerance_
         mape_steps: mean(&errs),
         first_divergence: first,
         points,
+        steps_with_band: with_band,
+        steps_in_band: in_band,
     }
 }
 
@@ -190,4 +222,92 @@ pub fn mape_retained(points: &[PointCmp], keep: impl Fn(&PointCmp) -> bool) -> O
         .filter_map(|p| p.retained_error_pct.map(f64::abs))
         .collect();
     mean(&errs)
+}
+
+/// How many measured values fell inside their predicted bands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Coverage {
+    /// Values with a band.
+    pub total: usize,
+    /// Values inside it.
+    pub inside: usize,
+    /// `inside / total` in percent (`None` without bands).
+    pub pct: Option<f64>,
+}
+
+impl Coverage {
+    /// Coverage of `flags` (one per value with a band).
+    pub fn of(flags: impl IntoIterator<Item = bool>) -> Coverage {
+        let (mut total, mut inside) = (0, 0);
+        for f in flags {
+            total += 1;
+            inside += usize::from(f);
+        }
+        let pct = (total > 0).then(|| 100.0 * inside as f64 / total as f64);
+        Coverage { total, inside, pct }
+    }
+}
+
+/// Band coverage of a comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct BandCoverage {
+    /// The decode points' retained samples.
+    pub retained_decode: Coverage,
+    /// The timed windows.
+    pub windows: Coverage,
+    /// The steps.
+    pub steps: Coverage,
+}
+
+impl BandCoverage {
+    /// Any value had a band.
+    pub fn any(&self) -> bool {
+        self.retained_decode.total + self.windows.total + self.steps.total > 0
+    }
+}
+
+/// Band coverage of a comparison: the decode points' retained samples, the windows, the steps.
+pub fn band_coverage(pairs: &[PairCmp]) -> BandCoverage {
+    let points = || pairs.iter().flat_map(|p| &p.points);
+    let steps = Coverage {
+        total: pairs.iter().map(|p| p.steps_with_band).sum(),
+        inside: pairs.iter().map(|p| p.steps_in_band).sum(),
+        pct: None,
+    };
+    let steps = Coverage {
+        pct: (steps.total > 0).then(|| 100.0 * steps.inside as f64 / steps.total as f64),
+        ..steps
+    };
+    BandCoverage {
+        retained_decode: Coverage::of(points().filter(|p| p.decode_only).filter_map(|p| p.retained_in_band)),
+        windows: Coverage::of(points().filter_map(|p| p.in_band)),
+        steps,
+    }
+}
+
+/// Retained-sample MAPE of the decode points, split by the prediction's verdict on their shapes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ByShapes {
+    /// Points whose kernel shapes all lie inside the calibrated ranges.
+    pub calibrated: Option<f64>,
+    /// Their number.
+    pub calibrated_points: usize,
+    /// Points with a shape outside them.
+    pub extrapolated: Option<f64>,
+    /// Their number.
+    pub extrapolated_points: usize,
+}
+
+/// [`ByShapes`] of `points`.
+pub fn by_shapes(points: &[PointCmp]) -> ByShapes {
+    let is = |p: &PointCmp, s: &str| p.decode_only && p.shapes.as_deref() == Some(s);
+    ByShapes {
+        calibrated: mape_retained(points, |p| is(p, "calibrated")),
+        calibrated_points: points.iter().filter(|p| is(p, "calibrated")).count(),
+        extrapolated: mape_retained(points, |p| is(p, "extrapolated")),
+        extrapolated_points: points.iter().filter(|p| is(p, "extrapolated")).count(),
+    }
 }

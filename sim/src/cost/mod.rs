@@ -6,11 +6,13 @@
 //! - [`model`]: the two-clock stream replay with per-kernel rooflines ([`simulate`]);
 //! - [`fit`]: calibration (non-negative least squares along the critical path);
 //! - [`results`]: reading GPU results (`kvsim-replay/1`) and predictions (`kvsim-predict/1`);
+//! - [`bands`]: uncertainty bands and calibrated ranges from a calibration's residuals;
 //! - [`compare`] and [`svg`]: predicted vs measured, and the plot.
 //!
 //! Pure functions of their inputs: no clocks, ordered containers, the same input gives the
 //! same bytes.
 
+pub mod bands;
 pub mod compare;
 pub mod desc;
 pub mod fit;
@@ -21,10 +23,13 @@ pub mod results;
 pub mod routing;
 pub mod svg;
 
+use std::collections::BTreeSet;
+
 use kvsim_core::device::layout::DeviceLayout;
 use kvsim_core::device::program::MoeOp;
 use kvsim_core::device::{lower_plan, LowerOptions, LoweredPlan, MoeInput, SyntheticKv};
 use kvsim_core::plan::Plan;
+
 use serde_json::{json, Value};
 
 pub use desc::{describe, OpDesc, StepDesc};
@@ -151,6 +156,19 @@ fn window_json(w: &model::WindowTime, steps: &[StepDesc]) -> Value {
     })
 }
 
+/// `shapes`: `calibrated` (every kernel shape inside the profile's calibrated ranges),
+/// `extrapolated` (then `outside` says which lie outside), or `unknown` (a profile without ranges).
+fn shapes_json(v: &mut Value, outside: Option<&BTreeSet<String>>) {
+    v["shapes"] = json!(match outside {
+        None => "unknown",
+        Some(o) if o.is_empty() => "calibrated",
+        Some(_) => "extrapolated",
+    });
+    if let Some(o) = outside.filter(|o| !o.is_empty()) {
+        v["outside"] = json!(o);
+    }
+}
+
 /// Per benchmark point: the plan step of its last timed window (the sample a two-step decode
 /// point keeps, dynamo_fpm.md §1.11).
 pub fn retained_steps(plan: &Plan) -> std::collections::BTreeMap<u64, u64> {
@@ -175,11 +193,17 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
         host_work: HostWork::Predicted,
     };
     let t = simulate(&steps, &profile.params, shape);
+    let cal = bands::Calibration::of(profile);
+    let outside: Vec<Option<BTreeSet<String>>> = steps
+        .iter()
+        .map(|s| cal.as_ref().map(|c| bands::outside(s, &c.ranges)))
+        .collect();
     let step_rows: Vec<Value> = steps
         .iter()
         .zip(&t.steps)
-        .map(|(s, l)| {
-            json!({
+        .zip(&outside)
+        .map(|((s, l), out)| {
+            let mut v = json!({
                 "step": s.step,
                 "device_us": us(l.value),
                 "batch": s.batch,
@@ -187,7 +211,12 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
                 "ctx_tokens": s.ctx_tokens,
                 "kv_bytes": s.kv_bytes,
                 "decode_only": s.decode_only,
-            })
+            });
+            if let Some(c) = &cal {
+                v["band_pct"] = json!(c.band("step", s.decode_only));
+            }
+            shapes_json(&mut v, out.as_ref());
+            v
         })
         .collect();
     let retained = retained_steps(plan);
@@ -196,6 +225,14 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
         .iter()
         .map(|w| {
             let mut v = window_json(w, &steps);
+            let span = w.step_begin..=w.step_end.min(steps.len() - 1);
+            if let Some(c) = &cal {
+                v["band_pct"] = json!(c.band("window", bands::window_decode_only(&steps[span.clone()])));
+            }
+            let out = cal
+                .as_ref()
+                .map(|_| outside[span].iter().flatten().flatten().cloned().collect());
+            shapes_json(&mut v, out.as_ref());
             // The benchmark keeps the point's last timed step (its steady sample, dynamo_fpm.md
             // §1.11); the device times it as a step.
             if let Some(i) = retained
@@ -204,6 +241,9 @@ pub fn predict(plan: &Plan, plan_hash: &str, profile: &Profile, opts: &RunOption
             {
                 v["retained_step"] = json!(steps[i].step);
                 v["retained_device_us"] = json!(us(t.steps[i].value));
+                if let Some(c) = &cal {
+                    v["retained_band_pct"] = json!(c.band("step", steps[i].decode_only));
+                }
             }
             v
         })

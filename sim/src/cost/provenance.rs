@@ -29,6 +29,32 @@ pub struct Provenance {
     /// The start profile's own provenance, when it had one.
     #[serde(default)]
     start_provenance: Option<Box<Provenance>>,
+    /// The residual quantile the bands cover (`--band-quantile`); absent before bands existed.
+    band_quantile: Option<f64>,
+    /// Per class (`step`, `step decode`, `step other`, `window`, ...): the fitted rows' error at
+    /// that quantile (`pct`) and how many rows it was taken over.
+    bands: Option<Vec<BandSchema>>,
+    /// Per kernel shape key and feature: the smallest and largest value measured.
+    ranges: Option<Vec<RangeSchema>>,
+}
+
+/// One band.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct BandSchema {
+    class: String,
+    pct: f64,
+    rows: u64,
+}
+
+/// One calibrated range.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RangeSchema {
+    kernel: String,
+    feature: String,
+    min: u64,
+    max: u64,
 }
 
 /// One GPU result the fit used.

@@ -116,6 +116,12 @@ pub struct PredictedStep {
     pub ctx_tokens: u64,
     /// A decode-only step.
     pub decode_only: bool,
+    /// Its uncertainty band (%), from a calibrated profile.
+    #[serde(default)]
+    pub band_pct: Option<f64>,
+    /// `calibrated`, `extrapolated` or `unknown` (absent in older predictions).
+    #[serde(default)]
+    pub shapes: Option<String>,
 }
 
 /// One predicted window.
@@ -145,6 +151,15 @@ pub struct PredictedPoint {
     /// The retained sample's device time (µs).
     #[serde(default)]
     pub retained_device_us: Option<f64>,
+    /// The window's uncertainty band (%).
+    #[serde(default)]
+    pub band_pct: Option<f64>,
+    /// The retained sample's uncertainty band (%).
+    #[serde(default)]
+    pub retained_band_pct: Option<f64>,
+    /// `calibrated`, `extrapolated` or `unknown` over the window's steps.
+    #[serde(default)]
+    pub shapes: Option<String>,
 }
 
 /// A `kvsim predict` output.
