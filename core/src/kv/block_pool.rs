@@ -100,6 +100,35 @@ impl BlockPool {
         }
     }
 
+    /// Become `with_mutant(num_blocks, enable_caching, mutant)`, reusing this pool's
+    /// storage (a benchmark replaying many traces then allocates nothing per trace).
+    pub fn reset_to(&mut self, num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) {
+        let first = if mutant == Some(ModelMutant::HandOutNullBlock) {
+            0
+        } else {
+            1
+        };
+        let n = num_blocks as usize;
+        self.free.reset_range(n, first..num_blocks);
+        (self.num_blocks, self.enable_caching, self.mutant) = (num_blocks, enable_caching, mutant);
+        fn zeroed<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+            v.clear();
+            v.resize(n, T::default());
+        }
+        zeroed(&mut self.ref_cnt, n);
+        zeroed(&mut self.primary_hash, n);
+        zeroed(&mut self.primary_group, n);
+        zeroed(&mut self.primary_tokens, n);
+        zeroed(&mut self.hashed, n.div_ceil(64));
+        self.secondary.clear();
+        self.cached.clear();
+        self.hash_version = 0;
+        self.scratch.0.clear();
+        self.scratch.1.clear();
+        self.evictions = 0;
+        self.changes = PoolChanges::default();
+    }
+
     /// Blocks, the null block included.
     pub fn num_blocks(&self) -> u32 {
         self.num_blocks

@@ -21,27 +21,40 @@ impl FreeQueue {
     /// The common case (one run of consecutive ids) is linked in one pass over plain
     /// vectors: a fresh pool's queue costs what its memory does.
     pub fn with_range(capacity: usize, ids: std::ops::Range<u32>) -> Self {
+        let mut q = FreeQueue {
+            prev: Vec::new(),
+            next: Vec::new(),
+            linked: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            len: 0,
+            version: 0,
+        };
+        q.reset_range(capacity, ids);
+        q
+    }
+
+    /// Become `with_range(capacity, ids)`, reusing this queue's storage.
+    pub fn reset_range(&mut self, capacity: usize, ids: std::ops::Range<u32>) {
         let (start, end) = (ids.start as usize, ids.end as usize);
+        for v in [&mut self.prev, &mut self.next] {
+            v.clear();
+            v.resize(capacity, NIL);
+        }
+        self.linked.clear();
+        self.linked.resize(capacity, false);
+        (self.head, self.tail, self.len, self.version) = (NIL, NIL, 0, 0);
         if start >= end {
-            return Self::new(capacity, ids);
+            return;
         }
-        let mut prev = vec![NIL; capacity];
-        let mut next = vec![NIL; capacity];
-        let mut linked = vec![false; capacity];
         for i in start..end {
-            prev[i] = if i == start { NIL } else { i as u32 - 1 };
-            next[i] = if i + 1 == end { NIL } else { i as u32 + 1 };
+            self.prev[i] = if i == start { NIL } else { i as u32 - 1 };
+            self.next[i] = if i + 1 == end { NIL } else { i as u32 + 1 };
         }
-        linked[start..end].iter_mut().for_each(|l| *l = true);
-        FreeQueue {
-            prev,
-            next,
-            linked,
-            head: ids.start,
-            tail: ids.end - 1,
-            len: end - start,
-            version: (end - start) as u64,
-        }
+        self.linked[start..end].iter_mut().for_each(|l| *l = true);
+        (self.head, self.tail) = (ids.start, ids.end - 1);
+        self.len = end - start;
+        self.version = (end - start) as u64;
     }
 
     /// A queue holding `ids` in order, room for `capacity` ids.
@@ -201,10 +214,18 @@ mod tests {
 
     #[test]
     fn a_range_queue_is_the_queue_pushed_one_by_one() {
+        let mut used = FreeQueue::new(20, [4, 2, 9, 13]);
         for (cap, r) in [(10, 1..10), (10, 0..10), (10, 3..4), (10, 5..5)] {
             let (a, b) = (FreeQueue::with_range(cap, r.clone()), FreeQueue::new(cap, r.clone()));
             assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>());
             assert_eq!((a.len(), a.head, a.tail), (b.len(), b.head, b.tail), "{r:?}");
+            assert_eq!(a.version, b.version, "{r:?}");
+            used.reset_range(cap, r.clone());
+            assert_eq!(
+                format!("{used:?}"),
+                format!("{a:?}"),
+                "a reset queue is a fresh one: {r:?}"
+            );
             assert_eq!((a.prev, a.next, a.linked), (b.prev, b.next, b.linked), "{r:?}");
         }
     }

@@ -99,6 +99,36 @@ impl KvCacheManager {
         })
     }
 
+    /// Become `KvCacheManager::new(config.clone())`, reusing this manager's storage
+    /// (pool columns, tables, maps): a benchmark replaying many traces builds each
+    /// trace's model without allocating. `Err` (self unchanged) when vLLM would refuse it.
+    pub fn reset_to(&mut self, config: &KvConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let kind = config.coordinator();
+        self.coordinator = Coordinator::new(
+            kind,
+            &config.groups,
+            config.scheduler_block_size(),
+            config.hash_block_size(),
+        );
+        let align = self.coordinator.cache_hit_alignment(&config.groups);
+        self.groups.truncate(config.groups.len());
+        for (i, &g) in config.groups.iter().enumerate() {
+            let cap = config.admission_cap(g);
+            match self.groups.get_mut(i) {
+                Some(m) => m.reset_to(i as u32, g, config.enable_caching, cap),
+                None => self
+                    .groups
+                    .push(GroupManager::new(i as u32, g, config.enable_caching, cap)),
+            }
+            self.groups[i].cache_hit_alignment = align;
+        }
+        self.pool.reset_to(config.num_blocks, config.enable_caching, None);
+        self.config.clone_from(config);
+        self.slip = None;
+        Ok(())
+    }
+
     /// The coordinator's kind.
     pub fn coordinator_kind(&self) -> CoordinatorKind {
         self.coordinator.kind

@@ -81,6 +81,18 @@ impl<V> ReqMap<V> {
         }
     }
 
+    /// Remove every value (the storage stays).
+    pub fn clear(&mut self) {
+        self.direct.clear();
+        self.rest.clear();
+    }
+
+    /// Remove every value, handing each to `f` (the storage stays).
+    pub fn drain_into(&mut self, mut f: impl FnMut(V)) {
+        self.direct.drain(..).flatten().for_each(&mut f);
+        self.rest.drain().for_each(|(_, v)| f(v));
+    }
+
     /// Every key, in no particular order.
     pub fn keys(&self) -> impl Iterator<Item = ReqId> + '_ {
         (0..)

@@ -12,6 +12,25 @@ use super::replay::{refused, split_trace, stopped, ReplayEnd};
 use super::TraceError;
 use crate::kv::{KvCacheManager, KvConfig};
 
+/// Storage that quiet replays leave for the next one (`run_quiet_reusing`).
+#[derive(Default)]
+pub struct ReplayStorage(Option<Replayer>);
+
+impl ReplayStorage {
+    /// A replayer over a fresh model of `cfg` (already validated), built in this storage.
+    fn replayer(&mut self, cfg: &KvConfig) -> &mut Replayer {
+        match &mut self.0 {
+            Some(r) => {
+                r.reset_to(cfg).expect("validated by parse_config");
+                r
+            }
+            none => none.insert(Replayer::new(
+                KvCacheManager::new(cfg.clone()).expect("validated by parse_config"),
+            )),
+        }
+    }
+}
+
 /// A trace ready to replay, any number of times.
 pub struct CompiledTrace {
     /// The validated config, or the `ConfigError` line that refuses it.
@@ -47,9 +66,14 @@ impl CompiledTrace {
     /// Replay through the model without observation lines; returns the number
     /// of ops applied, the failing one included.
     pub fn run_quiet(&self) -> usize {
+        self.run_quiet_reusing(&mut ReplayStorage::default())
+    }
+
+    /// `run_quiet` over a model built in `storage`, reusing what earlier replays
+    /// left there (the model is reset to this trace's fresh one, not carried over).
+    pub fn run_quiet_reusing(&self, storage: &mut ReplayStorage) -> usize {
         let Ok(cfg) = &self.config else { return 0 };
-        let kv = KvCacheManager::new(cfg.clone()).expect("validated by parse_config");
-        let mut r = Replayer::new(kv);
+        let r = storage.replayer(cfg);
         for (i, &op) in self.ops.iter().enumerate() {
             if r.apply(&self.data, op).is_err() {
                 return i + 1;
@@ -78,5 +102,47 @@ impl CompiledTrace {
             }
         }
         (ReplayEnd::Completed, self.ops.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compile, ReplayStorage};
+    use crate::kv::KvCacheManager;
+    use crate::kvtrace::compile::OpData;
+    use crate::kvtrace::exec::Replayer;
+    use crate::kvtrace::gen::generate;
+    use crate::kvtrace::observed::render_init;
+
+    /// The whole observable state (every section of an observation line), rendered afresh.
+    fn state(r: &Replayer, data: &OpData) -> String {
+        let mut line = String::new();
+        render_init(r, data, &mut Default::default(), &mut line);
+        line
+    }
+
+    #[test]
+    fn a_model_built_in_reused_storage_replays_like_a_fresh_one() {
+        let mut storage = ReplayStorage::default();
+        let (mut traces, mut ops) = (0, 0);
+        for i in 0..120 {
+            let t = compile(&generate(11, i)).expect("a generated trace compiles");
+            let Ok(cfg) = &t.config else { continue };
+            let mut fresh = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
+            let reused = storage.replayer(cfg);
+            assert_eq!(state(reused, &t.data), state(&fresh, &t.data), "trace {i}: init");
+            for (k, &op) in t.ops.iter().enumerate() {
+                let (a, b) = (fresh.apply(&t.data, op), reused.apply(&t.data, op));
+                assert_eq!(a.is_ok(), b.is_ok(), "trace {i} op {k}");
+                assert_eq!(state(reused, &t.data), state(&fresh, &t.data), "trace {i} op {k}");
+                assert_eq!(reused.new_blocks, fresh.new_blocks, "trace {i} op {k}");
+                ops += 1;
+                if a.is_err() {
+                    break;
+                }
+            }
+            traces += 1;
+        }
+        assert!(traces > 100 && ops > 10_000, "{traces} traces, {ops} ops");
     }
 }

@@ -3,7 +3,9 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots};
-use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, PoolError, Request, RequestStatus};
+use crate::kv::{
+    AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, Request, RequestStatus,
+};
 
 pub enum OpError {
     Invalid(String),
@@ -83,6 +85,21 @@ impl Replayer {
             new_blocks: Vec::new(),
             fixed_point_reasks: 0,
         }
+    }
+
+    /// Become `Replayer::new(KvCacheManager::new(cfg.clone())?)`, reusing this
+    /// replayer's storage (the model's, and the freed requests' token and hash buffers).
+    pub fn reset_to(&mut self, cfg: &KvConfig) -> Result<(), ConfigError> {
+        self.kv.reset_to(cfg)?;
+        self.slots.reset();
+        self.order.clear();
+        self.live_changed = true;
+        self.stale = true;
+        self.next_rid = 0;
+        self.pending = None;
+        self.new_blocks.clear();
+        self.fixed_point_reasks = 0;
+        Ok(())
     }
 
     pub fn kv(&self) -> &KvCacheManager {

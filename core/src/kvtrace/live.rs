@@ -66,6 +66,15 @@ impl Slots {
         self.slot_of[id as usize] = slot;
     }
 
+    /// Retire every request, keeping every slot's buffers; slots are then handed
+    /// out in the order a fresh `Slots` would hand them out.
+    pub fn reset(&mut self) {
+        self.slot_of.clear();
+        self.free.clear();
+        let n = u32::try_from(self.lives.len()).expect("fewer than 2^32 live requests");
+        self.free.extend((0..n).rev());
+    }
+
     /// Retire live `id`; its slot (and buffers) go to the next request.
     pub fn remove(&mut self, id: u32) {
         if let Some(s) = self.slot(id) {

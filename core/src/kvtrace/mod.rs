@@ -15,7 +15,7 @@ mod ops;
 mod replay;
 mod session;
 
-pub use compiled::{compile, CompiledTrace};
+pub use compiled::{compile, CompiledTrace, ReplayStorage};
 pub use replay::{replay, replay_value, split_trace, Replay, ReplayEnd};
 pub use session::{Session, Step};
 

@@ -73,6 +73,21 @@ impl GroupManager {
         }
     }
 
+    /// Become `new(group_id, spec, enable_caching, admission_cap)`, reusing this
+    /// manager's storage.
+    pub fn reset_to(&mut self, group_id: u32, spec: GroupSpec, enable_caching: bool, admission_cap: Option<u64>) {
+        (self.group_id, self.spec, self.enable_caching) = (group_id, spec, enable_caching);
+        self.cache_hit_alignment = spec.block_size;
+        self.admission_cap = admission_cap;
+        self.tables.reset();
+        self.num_cached.clear();
+        self.allocated.clear();
+        self.last_state_idx.clear();
+        self.num_retired.clear();
+        self.cached_this_step.clear();
+        self.slip = None;
+    }
+
     fn bs(&self) -> i64 {
         self.spec.block_size as i64
     }

@@ -83,6 +83,17 @@ impl Tables {
         self.spare.push(table);
     }
 
+    /// Become empty like a new `Tables`, keeping every table's storage for reuse.
+    pub fn reset(&mut self) {
+        let spare = &mut self.spare;
+        self.map.drain_into(|mut t| {
+            t.blocks.clear();
+            spare.push(t.blocks);
+        });
+        self.version = 0;
+        self.changes = TableChanges::default();
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = ReqId> + '_ {
         self.map.keys()
     }
