@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::ids::Ids;
-use super::ops;
+use super::ops::{self, Fields, Key};
 
 /// A token list in `OpData::tokens`.
 #[derive(Clone, Copy, Debug)]
@@ -47,10 +47,14 @@ impl OpData {
         self.strings.clear();
     }
 
-    fn span(&mut self, t: &[u64]) -> Span {
+    /// The token list `key` of `f`, appended as a span (nothing appended on error).
+    fn span(&mut self, f: &Fields, key: Key, required: bool) -> Result<Span, String> {
         let start = self.tokens.len();
-        self.tokens.extend_from_slice(t);
-        Span { start, len: t.len() }
+        ops::tokens_into(f, key, required, &mut self.tokens)?;
+        Ok(Span {
+            start,
+            len: self.tokens.len() - start,
+        })
     }
 
     fn string(&mut self, s: String) -> Str {
@@ -132,20 +136,21 @@ pub fn compile_op(op: &Value, data: &mut OpData) -> Op {
     let Some(f) = op.as_object() else {
         return Op::NotObject;
     };
+    let f = &Fields::of(f);
     let id = |data: &mut OpData| ops::id(f).map(|s| data.ids.intern(s));
-    match f.get("op").and_then(Value::as_str) {
+    match f.get(Key::Op).and_then(Value::as_str) {
         None => Op::MissingName,
         Some("add_request") => {
             let id = id(data);
-            let prompt = ops::tokens(f, "prompt", true);
-            let salt = match f.get("cache_salt") {
+            let prompt = data.span(f, Key::Prompt, true);
+            let salt = match f.get(Key::CacheSalt) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(data.string(s.clone()))),
                 Some(v) => Err(format!("cache_salt must be a string or null, got {v}")),
             };
             Op::AddRequest {
                 id: data.check(id),
-                prompt: data.check(prompt).map(|t| data.span(&t)),
+                prompt: data.check(prompt),
                 salt: data.check(salt),
             }
         }
@@ -156,34 +161,34 @@ pub fn compile_op(op: &Value, data: &mut OpData) -> Op {
         }),
         Some("allocate_slots") => {
             let fields = id(data).and_then(|id| {
-                let num_new_tokens = ops::int(f, "num_new_tokens", None)?;
+                let num_new_tokens = ops::int(f, Key::NumNewTokens, None)?;
                 if num_new_tokens < 1 {
                     return Err("num_new_tokens must be >= 1".into());
                 }
                 Ok(Alloc {
                     id,
                     num_new_tokens,
-                    num_lookahead_tokens: ops::int(f, "num_lookahead_tokens", Some(0))?,
-                    delay_cache_blocks: ops::flag(f, "delay_cache_blocks", false)?,
-                    full_sequence_must_fit: ops::flag(f, "full_sequence_must_fit", false)?,
-                    use_computed: ops::flag(f, "use_computed", true)?,
+                    num_lookahead_tokens: ops::int(f, Key::NumLookaheadTokens, Some(0))?,
+                    delay_cache_blocks: ops::flag(f, Key::DelayCacheBlocks, false)?,
+                    full_sequence_must_fit: ops::flag(f, Key::FullSequenceMustFit, false)?,
+                    use_computed: ops::flag(f, Key::UseComputed, true)?,
                 })
             });
             Op::AllocateSlots(data.check(fields))
         }
         Some("commit") => {
             let fields = id(data).and_then(|id| {
-                let num_tokens = ops::int(f, "num_tokens", None)?;
-                Ok((id, num_tokens, ops::tokens(f, "output_tokens", false)?))
+                let num_tokens = ops::int(f, Key::NumTokens, None)?;
+                Ok(Commit {
+                    id,
+                    num_tokens,
+                    output_tokens: data.span(f, Key::OutputTokens, false)?,
+                })
             });
-            Op::Commit(data.check(fields).map(|(id, num_tokens, out)| Commit {
-                id,
-                num_tokens,
-                output_tokens: data.span(&out),
-            }))
+            Op::Commit(data.check(fields))
         }
         Some("cache_blocks") => {
-            let fields = id(data).and_then(|id| Ok((id, ops::int(f, "num_tokens", None)?)));
+            let fields = id(data).and_then(|id| Ok((id, ops::int(f, Key::NumTokens, None)?)));
             Op::CacheBlocks(data.check(fields))
         }
         Some("preempt") => Op::Preempt({

@@ -2,14 +2,15 @@
 //! instead of looked up by string. Each id keeps its JSON literal for the
 //! observation lines, escaped once; names and literals share one buffer.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use super::json::push_str;
+use crate::kv::hash::FastMap;
 
 #[derive(Clone, Debug, Default)]
 pub struct Ids {
-    index: HashMap<String, u32>,
+    /// Only ever probed, never iterated.
+    index: FastMap<String, u32>,
     /// Every id's name and JSON literal, back to back.
     text: String,
     /// Per id: where its name and its literal are in `text`.
