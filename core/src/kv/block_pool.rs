@@ -140,16 +140,19 @@ impl BlockPool {
     }
 
     /// Blocks in the free queue (cached ones with no holder included).
+    #[inline]
     pub fn num_free_blocks(&self) -> usize {
         self.free.len()
     }
 
     /// The block's reference count.
+    #[inline]
     pub fn ref_cnt(&self, id: u32) -> u32 {
         self.ref_cnt[id as usize]
     }
 
     /// The block's primary prefix-cache key, if it has one.
+    #[inline]
     pub fn block_hash(&self, id: u32) -> Option<BlockHashTag> {
         let i = id as usize;
         (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| BlockHashTag {

@@ -75,6 +75,7 @@ impl FreeQueue {
     }
 
     /// Blocks queued.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -147,6 +148,7 @@ impl FreeQueue {
     }
 
     /// `remove`: unlink from anywhere in O(1). Returns false if not linked.
+    #[inline]
     pub fn remove(&mut self, id: u32) -> bool {
         let i = id as usize;
         if !self.linked[i] {
@@ -172,6 +174,7 @@ impl FreeQueue {
     }
 
     /// Take the head.
+    #[inline]
     pub fn pop_front(&mut self) -> Option<u32> {
         let h = self.head;
         if h == NIL {

@@ -26,6 +26,7 @@ impl<V> Default for ReqMap<V> {
 
 impl<V> ReqMap<V> {
     /// The value of `req`.
+    #[inline]
     pub fn get(&self, req: &ReqId) -> Option<&V> {
         match self.direct.get(*req as usize) {
             Some(slot) => slot.as_ref(),
@@ -35,6 +36,7 @@ impl<V> ReqMap<V> {
     }
 
     /// The value of `req`, mutably.
+    #[inline]
     pub fn get_mut(&mut self, req: &ReqId) -> Option<&mut V> {
         match self.direct.get_mut(*req as usize) {
             Some(slot) => slot.as_mut(),
@@ -44,6 +46,7 @@ impl<V> ReqMap<V> {
     }
 
     /// Whether `req` has a value.
+    #[inline]
     pub fn contains_key(&self, req: &ReqId) -> bool {
         self.get(req).is_some()
     }

@@ -46,12 +46,14 @@ impl GroupKind {
     };
 
     /// Kinds whose spec is a `FullAttentionSpec` (sorted first by the hybrid coordinator).
+    #[inline]
     pub fn is_full_attention_spec(self) -> bool {
         matches!(self, GroupKind::FullAttention | GroupKind::Mla)
     }
 
     /// Tokens no longer needed once `n` tokens are computed (`get_num_skipped_tokens`).
     /// Signed: Mamba returns `n - 1`, which is -1 for `n == 0`, and Python floors it.
+    #[inline]
     pub fn skipped_tokens(self, n: i64) -> i64 {
         match self {
             GroupKind::FullAttention | GroupKind::Mla => 0,

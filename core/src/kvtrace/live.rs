@@ -25,14 +25,17 @@ pub struct Slots {
 
 impl Slots {
     /// The slot of live `id`.
+    #[inline]
     pub fn slot(&self, id: u32) -> Option<u32> {
         self.slot_of.get(id as usize).copied().filter(|&s| s != NOT_LIVE)
     }
 
+    #[inline]
     pub fn get(&self, id: u32) -> Option<&Live> {
         self.slot(id).map(|s| &self.lives[s as usize])
     }
 
+    #[inline]
     pub fn get_mut(&mut self, id: u32) -> Option<&mut Live> {
         self.slot(id).map(|s| &mut self.lives[s as usize])
     }

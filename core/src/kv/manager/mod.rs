@@ -44,6 +44,7 @@ pub struct GroupManager {
     pub(crate) slip: Option<ManagerSlip>,
 }
 
+#[inline]
 fn cdiv(a: i64, b: i64) -> i64 {
     // Block sizes are nearly always powers of two: an arithmetic shift floors
     // exactly like `div_euclid` and spares a 64-bit division on the hot path.
@@ -88,10 +89,12 @@ impl GroupManager {
         self.slip = None;
     }
 
+    #[inline]
     fn bs(&self) -> i64 {
         self.spec.block_size as i64
     }
 
+    #[inline]
     pub(crate) fn is_mamba_align(&self) -> bool {
         matches!(
             self.spec.kind,
@@ -102,6 +105,7 @@ impl GroupManager {
     }
 
     /// The request's whole table for this group (nulls included); empty if unknown.
+    #[inline]
     pub fn table(&self, req: ReqId) -> &[u32] {
         self.tables.get(&req).map_or(&[], Vec::as_slice)
     }

@@ -25,6 +25,7 @@ pub struct Tables {
 }
 
 impl Tables {
+    #[inline]
     pub fn get(&self, req: &ReqId) -> Option<&Vec<u32>> {
         self.map.get(req).map(|t| &t.blocks)
     }
