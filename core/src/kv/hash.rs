@@ -95,11 +95,21 @@ impl Hasher for DigestHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut buf = [0u8; 8];
-            buf[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(29) ^ u64::from_le_bytes(buf)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Little-endian 8-byte words, the last one zero-padded; the tail is assembled
+        // byte by byte (short keys such as request ids then need no memcpy call).
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
         }
+        let tail = words.remainder();
+        if !tail.is_empty() {
+            let w = tail.iter().rev().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+            self.write_u64(w);
+        }
+    }
+    /// What `write(&[i])` hashes (one zero-padded word), without the slice.
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
     }
     fn write_u32(&mut self, i: u32) {
         self.0 = (self.0.rotate_left(29) ^ u64::from(i)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -156,6 +166,32 @@ mod tests {
                     assert_eq!(hash_block(p, &toks, s), streamed(p, &toks, s), "n={n}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_digest_hasher_reads_bytes_as_zero_padded_little_endian_words() {
+        // The reference: every 8-byte chunk copied into a zeroed word.
+        fn reference(bytes: &[u8]) -> u64 {
+            let mut h = 0u64;
+            for chunk in bytes.chunks(8) {
+                let mut buf = [0u8; 8];
+                buf[..chunk.len()].copy_from_slice(chunk);
+                h = (h.rotate_left(29) ^ u64::from_le_bytes(buf)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            }
+            h
+        }
+        let bytes: Vec<u8> = (0..40u8).map(|b| b.wrapping_mul(37).wrapping_add(11)).collect();
+        for n in 0..=bytes.len() {
+            let mut h = DigestHasher::default();
+            h.write(&bytes[..n]);
+            assert_eq!(h.finish(), reference(&bytes[..n]), "{n} bytes");
+        }
+        for i in [0u8, 1, 0x7f, 0xff] {
+            let (mut a, mut b) = (DigestHasher::default(), DigestHasher::default());
+            a.write_u8(i);
+            b.write(&[i]);
+            assert_eq!(a.finish(), b.finish(), "{i}");
         }
     }
 
