@@ -594,9 +594,16 @@ fn calibration_bands_cover_their_quantile_and_unseen_shapes_are_flagged_extrapol
     write(&f("plan.json"), &serde_json::to_value(&plan).unwrap());
     write(&f("other.json"), &serde_json::to_value(&other).unwrap());
     write(&f("gpu.json"), &noisy_gpu_results(&plan, &true_params()));
-    let cal = ["calibrate", &s(&f("gpu.json")), "--out", &s(&f("prof.json"))];
-    assert_eq!(kvsim(&cal).unwrap(), 0);
-    let prof: Value = serde_json::from_str(&std::fs::read_to_string(f("prof.json")).unwrap()).unwrap();
+    // Runs kvsim, which must succeed, and reads the file it wrote to `out`.
+    let ok_then_read = |args: &[&str], out: &str| -> Value {
+        let mut argv = args.to_vec();
+        let out = s(&f(out));
+        argv.extend(["--out", &out]);
+        assert_eq!(kvsim(&argv).unwrap(), 0, "{argv:?}");
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap()
+    };
+    let (gpu, prof_f) = (s(&f("gpu.json")), s(&f("prof.json")));
+    let prof = ok_then_read(&["calibrate", &gpu], "prof.json");
     assert_valid("profile", "calibrate --out", &prof);
     assert_eq!(prof["provenance"]["band_quantile"], 0.9);
     let bands = prof["provenance"]["bands"].as_array().unwrap();
@@ -611,46 +618,23 @@ fn calibration_bands_cover_their_quantile_and_unseen_shapes_are_flagged_extrapol
 
     // The calibrated plan: every step's shapes are inside the ranges, every step has a band,
     // and at least the quantile's share of the measured steps falls inside.
-    let pred = [
-        "predict",
-        &s(&f("plan.json")),
-        "--profile",
-        &s(&f("prof.json")),
-        "--out",
-        &s(&f("sim.json")),
-    ];
-    assert_eq!(kvsim(&pred).unwrap(), 0);
-    let sim: Value = serde_json::from_str(&std::fs::read_to_string(f("sim.json")).unwrap()).unwrap();
+    let sim = ok_then_read(&["predict", &s(&f("plan.json")), "--profile", &prof_f], "sim.json");
     closed_and_typed("predict", "predict --out (calibrated profile)", &sim);
     let steps = sim["steps"].as_array().unwrap();
     assert!(steps
         .iter()
         .all(|x| x["shapes"] == "calibrated" && x["band_pct"].is_number()));
-    let cmp = [
-        "compare",
-        &s(&f("sim.json")),
-        &s(&f("gpu.json")),
-        "--out",
-        &s(&f("cmp.json")),
-    ];
-    assert_eq!(kvsim(&cmp).unwrap(), 0);
-    let c: Value = serde_json::from_str(&std::fs::read_to_string(f("cmp.json")).unwrap()).unwrap();
+    let c = ok_then_read(&["compare", &s(&f("sim.json")), &gpu], "cmp.json");
     closed_and_typed("compare", "compare --out (bands)", &c);
     let cov = &c["band_coverage"]["steps"];
     assert_eq!(cov["total"].as_u64(), Some(steps.len() as u64));
     assert!(cov["pct"].as_f64().unwrap() >= 85.0, "{cov}");
 
     // A layout the calibration never measured: its kernels are flagged, with why.
-    let pred = [
-        "predict",
-        &s(&f("other.json")),
-        "--profile",
-        &s(&f("prof.json")),
-        "--out",
-        &s(&f("other.sim.json")),
-    ];
-    assert_eq!(kvsim(&pred).unwrap(), 0);
-    let o: Value = serde_json::from_str(&std::fs::read_to_string(f("other.sim.json")).unwrap()).unwrap();
+    let o = ok_then_read(
+        &["predict", &s(&f("other.json")), "--profile", &prof_f],
+        "other.sim.json",
+    );
     let flagged: Vec<&Value> = o["steps"]
         .as_array()
         .unwrap()
@@ -668,22 +652,13 @@ fn calibration_bands_cover_their_quantile_and_unseen_shapes_are_flagged_extrapol
         .any(|p| p["shapes"] == "extrapolated"));
 
     // An uncalibrated profile has no bands and says it cannot judge the shapes.
-    let pred = ["predict", &s(&f("plan.json")), "--out", &s(&f("h200.sim.json"))];
-    assert_eq!(kvsim(&pred).unwrap(), 0);
-    let h: Value = serde_json::from_str(&std::fs::read_to_string(f("h200.sim.json")).unwrap()).unwrap();
+    let h = ok_then_read(&["predict", &s(&f("plan.json"))], "h200.sim.json");
     assert!(h["steps"]
         .as_array()
         .unwrap()
         .iter()
         .all(|x| x["shapes"] == "unknown" && x.get("band_pct").is_none()));
-    let bad = [
-        "calibrate",
-        &s(&f("gpu.json")),
-        "--out",
-        &s(&f("bad.json")),
-        "--band-quantile",
-        "1.5",
-    ];
+    let bad = ["calibrate", &gpu, "--out", &s(&f("bad.json")), "--band-quantile", "1.5"];
     assert_eq!(kvsim(&bad).unwrap_err().exit_code(), 2);
     assert!(!f("bad.json").exists());
 }

@@ -72,37 +72,33 @@ impl BlockPool {
 
     /// A pool with a deliberate bug (`ModelMutant`).
     pub fn with_mutant(num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) -> Self {
-        // The null block is the first popleft of the fresh queue (§1.4 step 6).
-        let first = if mutant == Some(ModelMutant::HandOutNullBlock) {
-            0
-        } else {
-            1
-        };
-        let free = FreeQueue::with_range(num_blocks as usize, first..num_blocks);
-        BlockPool {
-            num_blocks,
+        let mut pool = BlockPool {
+            num_blocks: 0,
             enable_caching,
-            ref_cnt: vec![0; num_blocks as usize],
-            primary_hash: vec![0; num_blocks as usize],
-            primary_group: vec![0; num_blocks as usize],
-            primary_tokens: vec![0; num_blocks as usize],
-            hashed: vec![0; (num_blocks as usize).div_ceil(64)],
+            ref_cnt: Vec::new(),
+            primary_hash: Vec::new(),
+            primary_group: Vec::new(),
+            primary_tokens: Vec::new(),
+            hashed: Vec::new(),
             secondary: FastMap::default(),
             // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
             // tens of MB before its first op.
             cached: FastMap::default(),
             hash_version: 0,
-            free,
+            free: FreeQueue::with_range(0, 0..0),
             scratch: (Vec::new(), Vec::new()),
             mutant,
             evictions: 0,
             changes: PoolChanges::default(),
-        }
+        };
+        pool.reset_to(num_blocks, enable_caching, mutant);
+        pool
     }
 
     /// Become `with_mutant(num_blocks, enable_caching, mutant)`, reusing this pool's
     /// storage (a benchmark replaying many traces then allocates nothing per trace).
     pub fn reset_to(&mut self, num_blocks: u32, enable_caching: bool, mutant: Option<ModelMutant>) {
+        // The null block is the first popleft of the fresh queue (§1.4 step 6).
         let first = if mutant == Some(ModelMutant::HandOutNullBlock) {
             0
         } else {

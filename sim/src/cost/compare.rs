@@ -237,6 +237,12 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// `inside` of `total` values with a band.
+    pub fn new(total: usize, inside: usize) -> Coverage {
+        let pct = (total > 0).then(|| 100.0 * inside as f64 / total as f64);
+        Coverage { total, inside, pct }
+    }
+
     /// Coverage of `flags` (one per value with a band).
     pub fn of(flags: impl IntoIterator<Item = bool>) -> Coverage {
         let (mut total, mut inside) = (0, 0);
@@ -244,8 +250,7 @@ impl Coverage {
             total += 1;
             inside += usize::from(f);
         }
-        let pct = (total > 0).then(|| 100.0 * inside as f64 / total as f64);
-        Coverage { total, inside, pct }
+        Coverage::new(total, inside)
     }
 }
 
@@ -271,15 +276,10 @@ impl BandCoverage {
 /// Band coverage of a comparison: the decode points' retained samples, the windows, the steps.
 pub fn band_coverage(pairs: &[PairCmp]) -> BandCoverage {
     let points = || pairs.iter().flat_map(|p| &p.points);
-    let steps = Coverage {
-        total: pairs.iter().map(|p| p.steps_with_band).sum(),
-        inside: pairs.iter().map(|p| p.steps_in_band).sum(),
-        pct: None,
-    };
-    let steps = Coverage {
-        pct: (steps.total > 0).then(|| 100.0 * steps.inside as f64 / steps.total as f64),
-        ..steps
-    };
+    let steps = Coverage::new(
+        pairs.iter().map(|p| p.steps_with_band).sum(),
+        pairs.iter().map(|p| p.steps_in_band).sum(),
+    );
     BandCoverage {
         retained_decode: Coverage::of(points().filter(|p| p.decode_only).filter_map(|p| p.retained_in_band)),
         windows: Coverage::of(points().filter_map(|p| p.in_band)),
