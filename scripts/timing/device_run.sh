@@ -40,6 +40,9 @@ oss-a.hidden|gpt-oss-a.native|--moe-input hidden|3
 ink-a.zero.hidden|inkling-a.synthetic|--synthetic-kv zero --moe-input hidden|3
 ink-a.zero.token|inkling-a.synthetic|--synthetic-kv zero|3
 glm53|glm53.native||3
+u-swa|unseen-swa.native||3
+u-mamba|unseen-mamba.native||3
+u-chain|unseen-chain.chain||2
 "
 
 want=" $* "

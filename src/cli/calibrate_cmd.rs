@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{read_file, say, CliError};
 use kvsim_sim::cost::bands::{bands, ranges, Calibration};
+use kvsim_sim::cost::families::family_residuals;
 use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, RowKind, Sample};
 use kvsim_sim::cost::load_profile;
 use kvsim_sim::cost::results::read_gpu_results_with;
@@ -124,6 +125,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         bands: bands(&samples, &fitted, &profile.params, a.band_quantile),
         ranges: ranges(samples.iter().flat_map(|s| &s.steps)),
     };
+    let families = family_residuals(&samples, &fitted);
     let per_file: Vec<serde_json::Value> = samples
         .iter()
         .enumerate()
@@ -142,6 +144,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "mape_before_pct": report.before.iter().cloned().collect::<BTreeMap<_, _>>(),
         "mape_after_pct": report.after.iter().cloned().collect::<BTreeMap<_, _>>(),
         "per_file": per_file,
+        "families": families,
         "fitted_params": names.iter().zip(&free).filter(|(_, f)| **f).map(|(n, _)| *n).collect::<Vec<_>>(),
         "band_quantile": cal.quantile,
         "bands": cal.band_rows(),
@@ -165,6 +168,15 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     ))?;
     for ((k, b), (_, f)) in report.before.iter().zip(&report.after) {
         say(format_args!("  MAPE {k:<8} {b:8.2}% -> {f:6.2}%"))?;
+    }
+    if !families.is_empty() {
+        say("  per-op residuals by kernel family (after the fit):")?;
+    }
+    for f in &families {
+        say(format_args!(
+            "    {:<22} {:>6} ops  MAPE {:6.2}%  median {:+6.2}%  p90 |err| {:6.2}%",
+            f.family, f.ops, f.mape_pct, f.median_error_pct, f.p90_abs_error_pct
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }

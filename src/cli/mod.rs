@@ -11,6 +11,7 @@ mod conformance_cmd;
 mod dynamo_cmd;
 mod fuzz_cmd;
 mod gen_cmd;
+mod microbench_cmd;
 mod mutants_cmd;
 mod predict_cmd;
 mod progress;
@@ -71,6 +72,9 @@ pub enum Command {
     Calibrate(calibrate_cmd::CalibrateArgs),
     /// Compare predictions with GPU results: MAPE, worst points, first divergence, SVG plot.
     Compare(compare_cmd::CompareArgs),
+    /// The kernel microbenchmark suite: plans to calibrate the cost model per kernel family.
+    #[command(subcommand)]
+    Microbench(microbench_cmd::MicrobenchCommand),
     /// Dynamo's shipped planner (ai-dynamo 1.6.1 over vLLM 0.31.0) as a plan source.
     #[command(subcommand)]
     Dynamo(dynamo_cmd::DynamoCommand),
@@ -186,6 +190,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Predict(a) => predict_cmd::run(a),
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Microbench(c) => microbench_cmd::run(c),
         Command::Dynamo(c) => dynamo_cmd::run(c),
         Command::Audit(a) => audit_cmd::run(a),
     }

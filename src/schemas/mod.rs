@@ -116,12 +116,14 @@ fn plan() -> Value {
 }
 
 /// The profile: parameters added after profiles were written may be absent (the loader fills
-/// them in from the parameter each stood for), so they are not required.
+/// them in from the parameter each stood for, or with 0 for a term the file did not have), so
+/// they are not required.
 fn profile() -> Value {
     let mut v = schema::<kvsim_sim::cost::Profile>();
     let optional: Vec<&str> = kvsim_sim::cost::profile::ADDED_PARAMS
         .iter()
         .map(|(name, _)| *name)
+        .chain(kvsim_sim::cost::profile::ADDED_ZERO_PARAMS.iter().copied())
         .collect();
     if let Some(Value::Array(req)) = v.pointer_mut("/definitions/Params/required") {
         req.retain(|r| !optional.contains(&r.as_str().unwrap_or("")));

@@ -295,6 +295,7 @@ mod tests {
                     resident: 264,
                     nsplit: 1,
                     split_tokens,
+                    head_dim: 128,
                 }],
             }],
         }

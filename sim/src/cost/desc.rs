@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::routing::Routing;
 
 /// The description format version (bumped when a field's meaning changes).
-pub const DESC_VERSION: u32 = 4;
+pub const DESC_VERSION: u32 = 5;
 
 /// Cache that expert weights of one MoE op can stay in for the next (the H200's L2 is 60 MiB;
 /// K/V streams through it between MoE ops).
@@ -63,6 +63,10 @@ pub struct AttnDesc {
     pub nsplit: u32,
     /// Tokens per split.
     pub split_tokens: u32,
+    /// Head dim the kernel was built for (a CTA's work per position grows with it);
+    /// 0 in descriptions before version 5.
+    #[serde(default)]
+    pub head_dim: u32,
 }
 
 impl AttnDesc {
@@ -74,6 +78,16 @@ impl AttnDesc {
     /// 128-position iterations of one CTA's split (four warps walk 32-position tiles).
     pub fn iters(&self) -> f64 {
         f64::from(self.split_tokens) / 128.0
+    }
+
+    /// The CTA's work per position relative to a head dim of 128: the K/V kernels' dot
+    /// products and their tiles' loads grow with the head dim (measured by the microbenchmarks:
+    /// d256 decodes took twice a d128 walk, d64 less). MLA kernels' rates are their own.
+    pub fn head_dim_scale(&self) -> f64 {
+        match self.family {
+            Family::Mma | Family::Generic if self.head_dim > 0 => f64::from(self.head_dim) / 128.0,
+            _ => 1.0,
+        }
     }
 }
 
@@ -102,10 +116,15 @@ pub enum OpDesc {
         launches: Vec<AttnDesc>,
     },
     /// `state_update`: `serial` = ceil((state dim - 2) / 128) x tokens steps per thread, times
-    /// the waves of its (layers x heads) CTAs.
+    /// the waves of its (layers x heads) CTAs; `tokens` = tokens x waves, the walk's fixed part
+    /// per token (the microbenchmarks: 8 189 tokens of one step each took as long as 1.5x
+    /// 4 093 tokens of two).
     StateUpdate {
         /// Serial steps per thread.
         serial: u64,
+        /// Tokens one thread walks, times the waves (0 before description version 5).
+        #[serde(default)]
+        tokens: u64,
         /// Bytes moved.
         bytes: u64,
     },
@@ -273,6 +292,7 @@ fn attn_launches(
             resident,
             nsplit: split.nsplit,
             split_tokens: split.split_tokens,
+            head_dim: g.head_dim,
         });
     }
     out
@@ -285,6 +305,7 @@ fn state_desc(g: &GroupLayout, ntok: u64, sm_count: u64) -> OpDesc {
     let waves = ctas.div_ceil(16 * sm_count.max(1));
     OpDesc::StateUpdate {
         serial: per_thread * ntok * waves,
+        tokens: ntok * waves,
         bytes: 2 * g.block_bytes(),
     }
 }

@@ -15,7 +15,9 @@
 pub mod bands;
 pub mod compare;
 pub mod desc;
+pub mod families;
 pub mod fit;
+pub mod microbench;
 pub mod model;
 pub mod profile;
 pub mod provenance;

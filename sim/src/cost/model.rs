@@ -56,7 +56,8 @@ mod ix {
     pub const LATENT_MMA_BYTE: usize = 32;
     pub const LATENT_MMA_ITER: usize = 33;
     pub const WRITE_LATENT_ELEM: usize = 34;
-    pub const COUNT: usize = 35;
+    pub const STATE_TOKEN: usize = 35;
+    pub const COUNT: usize = 36;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -233,7 +234,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 let per_cta = a.bytes as f64 / a.ctas.max(1) as f64;
                 let (full, rest) = (a.ctas / resident, a.ctas % resident);
                 let mut lat = Lin::term(p, ix::ATTN_WAVE, 1.0);
-                lat.add_term(p, iter, a.iters());
+                lat.add_term(p, iter, a.iters() * a.head_dim_scale());
                 if a.nsplit > 1 {
                     lat.add_term(p, ix::ATTN_SPLIT, f64::from(a.nsplit));
                 }
@@ -248,7 +249,11 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 kernel(t)
             })
             .collect(),
-        OpDesc::StateUpdate { serial, .. } => vec![kernel(Lin::term(p, ix::STATE_SERIAL, *serial as f64))],
+        OpDesc::StateUpdate { serial, tokens, .. } => {
+            let mut l = Lin::term(p, ix::STATE_SERIAL, *serial as f64);
+            l.add_term(p, ix::STATE_TOKEN, *tokens as f64);
+            vec![kernel(l)]
+        }
         OpDesc::ZeroBlocks { blocks, bytes } | OpDesc::CopyBlocks { blocks, bytes } => {
             if *blocks == 0 {
                 return Vec::new();
@@ -434,9 +439,57 @@ mod tests {
             (ix::ATTN_WAVE, "attn_wave_ns"),
             (ix::ATTN_SPLIT, "attn_split_ns"),
             (ix::WRITE_LATENT_ELEM, "write_latent_elem_ns"),
+            (ix::STATE_TOKEN, "state_token_ns"),
         ] {
             assert_eq!(names[i], n);
         }
+    }
+
+    /// A latency-bound decode (few bytes, long splits): its CTA walk grows with the head dim.
+    #[test]
+    fn a_decode_walk_costs_in_proportion_to_its_head_dim() {
+        let p = Params::h200().to_vec();
+        let walk = |family, head_dim| {
+            let op = OpDesc::Decode {
+                launches: vec![AttnDesc {
+                    module: format!("attn_mma_d{head_dim}_h4"),
+                    family,
+                    seqs: 1,
+                    bytes: 1,
+                    ctas: 8,
+                    resident: 264,
+                    nsplit: 1,
+                    split_tokens: 8192,
+                    head_dim,
+                }],
+            };
+            let t = kernel_times(&op, &p)[0].value - p[ix::GPU_KERNEL] - p[ix::ATTN_WAVE];
+            t / (64.0
+                * p[if family == Family::Mma {
+                    ix::MMA_ITER
+                } else {
+                    ix::LATENT_MMA_ITER
+                }])
+        };
+        assert!((walk(Family::Mma, 128) - 1.0).abs() < 1e-9);
+        assert!((walk(Family::Mma, 256) - 2.0).abs() < 1e-9);
+        assert!((walk(Family::Mma, 64) - 0.5).abs() < 1e-9);
+        // MLA kernels keep their own per-iteration rate, whatever the latent width.
+        assert!((walk(Family::LatentMma, 576) - 1.0).abs() < 1e-9);
+    }
+
+    /// A state update's time: per serial step plus per token walked.
+    #[test]
+    fn a_state_update_prices_its_tokens_and_its_serial_steps() {
+        let p = Params::h200().to_vec();
+        let op = OpDesc::StateUpdate {
+            serial: 2 * 4096,
+            tokens: 4096,
+            bytes: 0,
+        };
+        let t = kernel_times(&op, &p)[0].value;
+        let want = p[ix::GPU_KERNEL] + 8192.0 * p[ix::STATE_SERIAL] + 4096.0 * p[ix::STATE_TOKEN];
+        assert!((t - want).abs() < 1e-6, "{t} vs {want}");
     }
 
     fn decode(bytes: u64) -> OpDesc {
@@ -450,6 +503,7 @@ mod tests {
                 resident: 264,
                 nsplit: 1,
                 split_tokens: 1024,
+                head_dim: 128,
             }],
         }
     }

@@ -126,6 +126,9 @@ params! {
     /// `write_kv` of an MLA group: per latent element written (rows written whole, no
     /// transposed plane: cheaper per element than K/V).
     write_latent_elem_ns = 0.002,
+    /// `state_update`: per token one thread walks (its fixed part: the token's inputs and the
+    /// step's synchronisation), times the waves.
+    state_token_ns = 30.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -219,9 +222,11 @@ impl Profile {
             .iter()
             .zip(&values)
             .filter(|(name, v)| {
-                !ADDED_PARAMS
+                let borrowed = ADDED_PARAMS
                     .iter()
-                    .any(|(added, meant)| added == *name && value_of(meant) == Some(**v))
+                    .any(|(added, meant)| added == *name && value_of(meant) == Some(**v));
+                let absent = ADDED_ZERO_PARAMS.contains(name) && **v == 0.0;
+                !(borrowed || absent)
             })
             .map(|(_, v)| format!("{v:.11e}"))
             .collect();
@@ -257,7 +262,12 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
     ("write_latent_elem_ns", "write_elem_ns"),
 ];
 
-/// Fills in [`ADDED_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
+/// Parameters added after files were written whose term those files did not have: a file
+/// without one loads with 0 and predicts as it did (issue 21's microbenchmarks added the
+/// state update's per-token term).
+pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns"];
+
+/// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
 fn fill_added_params(v: &mut serde_json::Value) {
     let Some(params) = v.get_mut("params").and_then(|p| p.as_object_mut()) else {
@@ -268,6 +278,11 @@ fn fill_added_params(v: &mut serde_json::Value) {
             if let Some(value) = params.get(*meant).cloned() {
                 params.insert((*added).to_string(), value);
             }
+        }
+    }
+    for added in ADDED_ZERO_PARAMS {
+        if !params.contains_key(*added) {
+            params.insert((*added).to_string(), serde_json::json!(0.0));
         }
     }
 }
