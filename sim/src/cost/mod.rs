@@ -19,6 +19,7 @@ pub mod fit;
 pub mod model;
 pub mod profile;
 pub mod provenance;
+pub mod ranks;
 pub mod results;
 pub mod routing;
 pub mod svg;
