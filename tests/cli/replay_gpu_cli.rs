@@ -150,9 +150,9 @@ fn predict_models_the_lock_step_and_the_lag() {
         // arrives, plus the exchange.
         let busy = [f("rank_device_us", 0), f("rank_device_us", 1) + 300.0];
         let hi = busy[0].max(busy[1]);
-        for i in 0..2 {
-            assert!((f("rank_busy_us", i) - busy[i]).abs() < 1e-3, "{s}");
-            assert!((f("rank_wait_us", i) - (hi - busy[i] + 20.0)).abs() < 1e-3, "{s}");
+        for (i, b) in busy.iter().enumerate() {
+            assert!((f("rank_busy_us", i) - b).abs() < 1e-3, "{s}");
+            assert!((f("rank_wait_us", i) - (hi - b + 20.0)).abs() < 1e-3, "{s}");
         }
         assert!(
             (s["skew_us"].as_f64().unwrap() - (busy[1] - busy[0]).abs()).abs() < 1e-3,
