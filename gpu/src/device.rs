@@ -70,10 +70,27 @@ pub fn nvrtc_present() -> bool {
 
 /// Opens device 0, or says why there is none.
 pub fn open_device() -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
+    open_device_on(0)
+}
+
+/// CUDA devices the driver reports, or why there is none.
+pub fn device_count() -> Result<usize, GpuError> {
     if let Some(reason) = no_device_reason() {
         return Err(GpuError::NoDevice(reason));
     }
-    let ctx = CudaContext::new(0)?;
+    Ok(drv::device::get_count()? as usize)
+}
+
+/// Opens device `ordinal` (its primary context: every opener of one device shares it), or says
+/// why there is none.
+pub fn open_device_on(ordinal: usize) -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
+    let present = device_count()?;
+    if ordinal >= present {
+        return Err(GpuError::NoDevice(format!(
+            "device {ordinal} asked for; the driver reports {present}"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal)?;
     let attr = |a| ctx.attribute(a);
     use drv_sys::CUdevice_attribute_enum as A;
     let mut driver_cuda_version = 0;

@@ -34,6 +34,12 @@ pub enum GpuError {
         /// Bytes free.
         free_bytes: u64,
     },
+    /// Ranks cannot run as asked (`--devices`, a rank's thread).
+    #[error("{0}")]
+    Ranks(String),
+    /// The per-step exchange between ranks failed.
+    #[error("rank exchange: {0}")]
+    Exchange(#[from] crate::ranks::ExchangeError),
     /// A CUDA driver call failed.
     #[error("CUDA driver error: {0:?}")]
     Driver(#[from] DriverError),

@@ -25,12 +25,16 @@ pub mod error;
 pub mod executor;
 pub mod host_clock;
 pub mod kernels;
+pub mod ranks;
 pub mod reference;
 pub mod selfcheck;
 
 pub use device::{no_device_reason, DeviceInfo};
 pub use error::GpuError;
-pub use executor::{ExecOptions, ExecReport, GpuExecutor, OpTiming, PointTiming, StepTiming, Violation, ViolationKind};
+pub use executor::{
+    ExecOptions, ExecReport, ExecutorOptions, GpuExecutor, OpTiming, PointTiming, StepSync, StepTiming, Violation,
+    ViolationKind,
+};
 pub use host_clock::{lower_plan_measured, WallClock};
 pub use kvsim_core::device::{
     content, ids, layout, lower, lower_plan, program, BlockCopy, BlockId, DecodeOp, DecodeSeq, DeviceLayout, GpuOp,

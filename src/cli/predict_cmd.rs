@@ -36,6 +36,16 @@ pub struct PredictArgs {
     /// Also write what the model costs per step: every op's description and predicted time.
     #[arg(long)]
     pub describe: bool,
+    /// Also predict the attention-DP ranks in lock-step on this many devices (as
+    /// `kvsim replay --backend gpu --devices N`): the `ranks` section.
+    #[arg(long)]
+    pub devices: Option<usize>,
+    /// With `--devices`: what one exchange round costs (µs).
+    #[arg(long, default_value_t = kvsim_sim::cost::ranks::DEFAULT_EXCHANGE_US)]
+    pub exchange_us: f64,
+    /// With `--devices`: the lagging rank's delay per step of `message_lag` (µs).
+    #[arg(long, default_value_t = kvsim_sim::cost::ranks::DEFAULT_LAG_STEP_US)]
+    pub lag_step_us: f64,
 }
 
 /// The run options of a prediction from the shared GPU flags.
@@ -61,6 +71,20 @@ pub fn run(a: PredictArgs) -> Result<ExitCode, CliError> {
     let hash = plan_hash(&plan);
     let mut v =
         predict(&plan, &hash, &profile, &opts).map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    if let Some(devices) = a.devices {
+        if !(a.exchange_us >= 0.0 && a.lag_step_us >= 0.0) {
+            return Err(CliError::Input(
+                "--exchange-us and --lag-step-us must be at least 0".into(),
+            ));
+        }
+        let m = kvsim_sim::cost::ranks::RanksModel {
+            devices,
+            exchange_us: a.exchange_us,
+            lag_step_us: a.lag_step_us,
+        };
+        v["ranks"] = kvsim_sim::cost::ranks::predict_ranks(&plan, &profile, &opts, &m)
+            .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;
+    }
     if a.describe {
         v["cost"] = kvsim_sim::cost::describe_json(&plan, &profile, &opts)
             .map_err(|e| CliError::Input(format!("{}: {e}", a.plan.display())))?;

@@ -30,6 +30,15 @@ pub enum MoeInputArg {
     Hidden,
 }
 
+/// What carries the per-step exchange between ranks (`--devices`).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExchangeArg {
+    /// Threads of this process: a shared buffer, a barrier (any number of devices).
+    Host,
+    /// NCCL, one device per rank (not in this build: a typed error).
+    Nccl,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Backend {
     Sim,
@@ -84,6 +93,16 @@ pub struct ReplayArgs {
     /// finding's point (the bug's timing symptom).
     #[arg(long)]
     pub against: Option<PathBuf>,
+    /// GPU: run every attention-DP rank on its own thread and executor, rank r on device
+    /// r mod N, in lock-step over an exchange (issue 23); N = 1 puts every rank on device 0.
+    #[arg(long)]
+    pub devices: Option<usize>,
+    /// GPU with --devices: what carries the per-step exchange.
+    #[arg(long, value_enum)]
+    pub exchange: Option<ExchangeArg>,
+    /// GPU with --devices: the lagging rank's delay per step of the plan's `message_lag` (µs).
+    #[arg(long)]
+    pub lag_step_us: Option<f64>,
 }
 
 impl ReplayArgs {
@@ -101,6 +120,14 @@ impl ReplayArgs {
         o.warmup = self.warmup.unwrap_or(0);
         o.repeat = self.repeat.unwrap_or(1);
         o.time_ops = self.time_ops;
+        o.ranks = self.devices.map(|devices| super::replay_ranks::RanksReplay {
+            devices,
+            exchange: match self.exchange {
+                Some(ExchangeArg::Nccl) => kvsim_gpu::ranks::ExchangeKind::Nccl,
+                _ => kvsim_gpu::ranks::ExchangeKind::Host,
+            },
+            lag_step_us: self.lag_step_us.unwrap_or(super::replay_ranks::DEFAULT_LAG_STEP_US),
+        });
         o
     }
 
@@ -111,6 +138,9 @@ impl ReplayArgs {
             || self.repeat.is_some()
             || self.time_ops
             || self.against.is_some()
+            || self.devices.is_some()
+            || self.exchange.is_some()
+            || self.lag_step_us.is_some()
     }
 }
 
@@ -128,7 +158,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let report = match a.backend {
         Backend::Sim if a.gpu_flags_given() => {
             return Err(CliError::Input(
-                "--synthetic-kv, --moe-input, --warmup, --repeat, --time-ops and --against are for the gpu backend"
+                "--synthetic-kv, --moe-input, --warmup, --repeat, --time-ops, --against, --devices, --exchange and --lag-step-us are for the gpu backend"
                     .into(),
             ))
         }
@@ -149,6 +179,9 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
                 return Err(CliError::Input(
                     "--trace, --perfetto, --mutant and --paranoid are for the sim backend".into(),
                 ));
+            }
+            if a.devices.is_none() && (a.exchange.is_some() || a.lag_step_us.is_some()) {
+                return Err(CliError::Input("--exchange and --lag-step-us go with --devices".into()));
             }
             let out = a
                 .out

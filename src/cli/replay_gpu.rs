@@ -32,6 +32,8 @@ pub struct GpuReplayOptions {
     pub repeat: u32,
     /// Time every launching op with its own events.
     pub time_ops: bool,
+    /// `--devices N`: every rank on its own executor, in lock-step (issue 23).
+    pub ranks: Option<super::replay_ranks::RanksReplay>,
 }
 
 impl Default for GpuReplayOptions {
@@ -41,6 +43,7 @@ impl Default for GpuReplayOptions {
             warmup: 0,
             repeat: 1,
             time_ops: false,
+            ranks: None,
         }
     }
 }
@@ -74,7 +77,7 @@ const WARM_UP_MS: u32 = 30;
 /// Bytes of the device-to-device copy that gives the reference bandwidth.
 const COPY_BYTES: usize = 512 << 20;
 
-fn gpu_err(e: GpuError) -> CliError {
+pub(super) fn gpu_err(e: GpuError) -> CliError {
     match e {
         GpuError::NoDevice(reason) => CliError::Input(format!("no CUDA device: {reason}")),
         other => CliError::Input(format!("gpu backend: {other}")),
@@ -182,11 +185,19 @@ pub fn run(
     ro: &GpuReplayOptions,
     against: Option<&Plan>,
 ) -> Result<ExitCode, CliError> {
+    if let Some(r) = &ro.ranks {
+        super::replay_ranks::check_args(r, plan)?;
+    }
     if let Some(reason) = no_device_reason() {
         return Err(CliError::Input(format!("no CUDA device: {reason}")));
     }
     if ro.repeat == 0 {
         return Err(CliError::Input("--repeat must be at least 1".into()));
+    }
+    if ro.ranks.is_some() && against.is_some() {
+        return Err(CliError::Input(
+            "--against runs on one device; leave out --devices".into(),
+        ));
     }
     // The benchmark records a steady window: compare every window of both plans.
     let ro = &GpuReplayOptions {
@@ -203,7 +214,6 @@ pub fn run(
         spin_wait: true,
         ..Default::default()
     };
-    let mut exec = GpuExecutor::with_options(lowered.program.layout.clone(), &exec_options).map_err(gpu_err)?;
     let opts = kvsim_gpu::ExecOptions {
         seed: plan.scenario.seed,
         time_ops: ro.time_ops,
@@ -211,7 +221,24 @@ pub fn run(
         sync_windows: against.is_some() || kvsim_gpu::ExecOptions::default().sync_windows,
         ..kvsim_gpu::ExecOptions::default()
     };
-    let reports = timed_runs(&mut exec, &lowered, &opts, ro)?;
+    let (exec, reports, ranks) = match &ro.ranks {
+        None => {
+            let mut exec = GpuExecutor::with_options(lowered.program.layout.clone(), &exec_options).map_err(gpu_err)?;
+            let reports = timed_runs(&mut exec, &lowered, &opts, ro)?;
+            (exec, reports, None)
+        }
+        Some(r) => {
+            let (reports, v) = super::replay_ranks::run(plan, &lowered, r, &opts, &exec_options, ro.warmup, ro.repeat)?;
+            // The copy bandwidth and resident CTAs, once the ranks' pools are freed: one
+            // rank's layout has every kernel shape (ranks share the model).
+            let layout = kvsim_core::device::ranks::split_ranks(&lowered, 1)
+                .pop()
+                .map(|p| p.lowered.program.layout)
+                .unwrap_or_else(|| lowered.program.layout.clone());
+            let exec = GpuExecutor::with_options(layout, &exec_options).map_err(gpu_err)?;
+            (exec, reports, Some(v))
+        }
+    };
     let report = median_report(&reports);
     let copy = exec.bench_copy(COPY_BYTES, 3, 10).map_err(gpu_err)?;
     let copy_gbps = copy.gbps();
@@ -297,6 +324,10 @@ pub fn run(
     if let Some((v, _)) = &symptom {
         result["symptom"] = v.clone();
     }
+    let exchange_ok = ranks.as_ref().is_none_or(|v| v["exchange_verified"] == true);
+    if let Some(v) = ranks {
+        result["ranks"] = v;
+    }
     let mut text = serde_json::to_string_pretty(&result).expect("results serialize");
     text.push('\n');
     kvsim_sim::output::write_atomic(out, text.as_bytes())
@@ -309,6 +340,13 @@ pub fn run(
         ),
     };
     let code = say_outcome(&lowered, &info.name, &report, &violations, &sim_line, &hash, verified)?;
+    if let Some(v) = result.get("ranks") {
+        say(super::replay_ranks::summary(v))?;
+    }
+    if !exchange_ok {
+        say("FAILED rank exchange: the gathered messages differ from the simulator's (ranks.exchange_mismatches)")?;
+        return Ok(ExitCode::from(1));
+    }
     if code != ExitCode::SUCCESS || sim_first.is_none() {
         return Ok(code);
     }

@@ -34,6 +34,64 @@ pub struct GpuResult {
     /// With `--against FIXED`: the bug's measured timing symptom at the finding's point.
     #[serde(default)]
     symptom: Option<Symptom>,
+    /// With `--devices N`: the ranks in lock-step (issue 23).
+    #[serde(default)]
+    ranks: Option<Ranks>,
+}
+
+/// `--devices N`: every rank on its own executor, in lock-step over an exchange.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Ranks {
+    ranks: u64,
+    devices: u64,
+    /// Rank r ran on device `device_of_rank[r]`.
+    device_of_rank: Vec<u64>,
+    device_names: Vec<String>,
+    /// `host` (or `nccl`).
+    exchange: String,
+    lag_step_us: f64,
+    /// Per rank: the plan's `message_lag` in steps.
+    message_lag_steps: Vec<u64>,
+    /// Every step's gathered messages were what the simulator says each rank sent.
+    exchange_verified: bool,
+    exchange_mismatches: Vec<RankMismatch>,
+    steps: Vec<RankStep>,
+    totals: RankTotals,
+    note: String,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RankMismatch {
+    step: Option<u64>,
+    rank: u64,
+    detail: String,
+}
+
+/// One step, per rank (medians over the timed runs, µs).
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RankStep {
+    step: Option<u64>,
+    rank_device_us: Vec<f64>,
+    /// From leaving the previous exchange to arriving at this one (lag included).
+    rank_busy_us: Vec<f64>,
+    rank_lag_us: Vec<f64>,
+    rank_wait_us: Vec<f64>,
+    /// Max minus min busy time.
+    skew_us: f64,
+    /// The last rank's wait: the exchange itself.
+    exchange_us: f64,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RankTotals {
+    max_skew_us: f64,
+    max_skew_step: Option<u64>,
+    exchange_us_median: f64,
+    rank_wait_us: Vec<f64>,
 }
 
 /// `--against`: the failing and the fixed plan's recorded time of the finding's point.

@@ -28,6 +28,46 @@ pub struct Prediction {
     totals: Totals,
     /// With `--describe`: what the model costs per op.
     cost: Option<Described>,
+    /// With `--devices N`: the ranks in lock-step (sim/src/cost/ranks.rs).
+    #[serde(default)]
+    ranks: Option<PredictedRanks>,
+}
+
+/// `--devices N`: the lock-step model's terms.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct PredictedRanks {
+    ranks: u64,
+    devices: u64,
+    device_of_rank: Vec<u64>,
+    exchange_us: f64,
+    lag_step_us: f64,
+    message_lag_steps: Vec<u64>,
+    model: String,
+    steps: Vec<PredictedRankStep>,
+    totals: PredictedRankTotals,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct PredictedRankStep {
+    step: u64,
+    /// Each rank's program alone on a device.
+    rank_device_us: Vec<f64>,
+    /// Its share of its device plus its lag.
+    rank_busy_us: Vec<f64>,
+    rank_wait_us: Vec<f64>,
+    skew_us: f64,
+    step_us: f64,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct PredictedRankTotals {
+    step_us: f64,
+    max_skew_us: f64,
+    max_skew_step: Option<u64>,
+    rank_wait_us: Vec<f64>,
 }
 
 /// The profile a prediction came from.

@@ -303,6 +303,13 @@ fn gpu_result_sample() -> Value {
             "repeat": 3, "spin_wait": true, "warm_up_ms": 30},
         "cost": {"desc_version": kvsim_sim::cost::desc::DESC_VERSION, "sm_count": 132,
             "resident_ctas": {"attn_mma_d64_h4": 264}, "steps": steps},
+        "ranks": {"ranks": 2, "devices": 1, "device_of_rank": [0, 0], "device_names": ["NVIDIA H200", "NVIDIA H200"],
+            "exchange": "host", "lag_step_us": 100.0, "message_lag_steps": [0, 1], "exchange_verified": false,
+            "exchange_mismatches": [{"step": 1, "rank": 0, "detail": "d"}],
+            "steps": [{"step": 0, "rank_device_us": [12.5, 12.0], "rank_busy_us": [40.0, 140.0],
+                "rank_lag_us": [0.0, 100.0], "rank_wait_us": [110.0, 10.0], "skew_us": 100.0, "exchange_us": 10.0}],
+            "totals": {"max_skew_us": 100.0, "max_skew_step": 0, "exchange_us_median": 10.0, "rank_wait_us": [110.0, 10.0]},
+            "note": "n"},
     })
 }
 

@@ -12,6 +12,7 @@ pub mod layout;
 pub mod lower;
 pub mod lower_plan;
 pub mod program;
+pub mod ranks;
 
 pub use ids::{BlockId, GroupId, PointId, ReqId};
 pub use layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};

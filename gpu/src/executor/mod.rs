@@ -23,7 +23,7 @@ pub use modules::{compile_modules, KernelResources};
 pub use prepare::PreparedDecode;
 pub use verify::{Violation, ViolationKind};
 
-use crate::device::{compile, open_device, DeviceInfo};
+use crate::device::{compile, open_device_on, DeviceInfo};
 use crate::error::GpuError;
 use crate::ids::{BlockId, GroupId, PointId, ReqId};
 use crate::kernels::{specialised, COMMON_KERNELS, SOURCE};
@@ -178,7 +178,15 @@ pub struct ExecutorOptions {
     pub latent_stages: Option<u32>,
 }
 
-/// Runs programs over one layout on device 0.
+/// What an executor calls to keep in lock-step with others (`crate::ranks`).
+pub trait StepSync {
+    /// The device is idle and every op uploaded: the run is about to start.
+    fn start(&mut self) -> Result<(), GpuError>;
+    /// Step `step`'s work finished on the device.
+    fn after_step(&mut self, step: usize) -> Result<(), GpuError>;
+}
+
+/// Runs programs over one layout on one device (device 0 unless built with `on_device`).
 pub struct GpuExecutor {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
@@ -202,11 +210,17 @@ impl GpuExecutor {
 
     /// [`GpuExecutor::new`] with build options.
     pub fn with_options(layout: DeviceLayout, options: &ExecutorOptions) -> Result<Self, GpuError> {
+        Self::on_device(0, layout, options)
+    }
+
+    /// [`GpuExecutor::with_options`] on device `ordinal`. Executors on one device share its
+    /// primary context; each has its own stream, pools and modules.
+    pub fn on_device(ordinal: usize, layout: DeviceLayout, options: &ExecutorOptions) -> Result<Self, GpuError> {
         let problems = layout.problems();
         if !problems.is_empty() {
             return Err(GpuError::InvalidLayout(problems));
         }
-        let (ctx, info) = open_device()?;
+        let (ctx, info) = open_device_on(ordinal)?;
         if options.spin_wait {
             // The context is current on this thread (CudaContext::new binds it).
             cudarc::driver::result::ctx::set_flags(cudarc::driver::sys::CUctx_flags::CU_CTX_SCHED_SPIN)?;
@@ -308,6 +322,18 @@ impl GpuExecutor {
 
     /// Runs `program`: see the module doc for the phases.
     pub fn execute(&mut self, program: &GpuProgram, opts: &ExecOptions) -> Result<ExecReport, GpuError> {
+        self.execute_synced(program, opts, None)
+    }
+
+    /// [`GpuExecutor::execute`] in lock-step with other executors: `sync.start()` once the
+    /// device is ready, and after every step the stream is synchronised (the step's work is
+    /// done) and `sync.after_step(step)` runs. Without `sync`, exactly `execute`.
+    pub fn execute_synced(
+        &mut self,
+        program: &GpuProgram,
+        opts: &ExecOptions,
+        mut sync: Option<&mut dyn StepSync>,
+    ) -> Result<ExecReport, GpuError> {
         let problems = program.problems();
         if !problems.is_empty() {
             return Err(GpuError::InvalidProgram(problems));
@@ -322,9 +348,12 @@ impl GpuExecutor {
         let mut moe_scratch = self.moe_scratch(max_moe_tokens(program), moe_counts_words)?;
         let verify = self.new_records(records.len())?;
         self.ready_device(opts)?;
+        if let Some(s) = sync.as_deref_mut() {
+            s.start()?;
+        }
 
         // 2. run
-        let events = self.run_steps(&prepared, opts, &verify, &mut moe_scratch)?;
+        let events = self.run_steps(&prepared, opts, &verify, &mut moe_scratch, sync)?;
         self.stream.synchronize()?;
 
         // 3. check

@@ -114,6 +114,7 @@ impl GpuExecutor {
         opts: &ExecOptions,
         verify: &CudaSlice<u32>,
         moe_scratch: &mut Option<MoeScratch>,
+        mut sync: Option<&mut dyn super::StepSync>,
     ) -> Result<RunEvents, GpuError> {
         let mut events = RunEvents {
             steps: Vec::with_capacity(prepared.len()),
@@ -156,6 +157,11 @@ impl GpuExecutor {
                 end: e1,
                 host_ns: host_start.elapsed().as_nanos() as u64,
             });
+            if let Some(s) = sync.as_deref_mut() {
+                // Lock-step: the step is over when its work is, on every rank.
+                self.stream.synchronize()?;
+                s.after_step(si)?;
+            }
         }
         Ok(events)
     }

@@ -21,6 +21,7 @@ pub mod microbench;
 pub mod model;
 pub mod profile;
 pub mod provenance;
+pub mod ranks;
 pub mod results;
 pub mod routing;
 pub mod svg;

@@ -149,6 +149,9 @@ pub struct LoweredPlan {
     pub sim_violations: Vec<SimFinding>,
     /// Choices the lowering made that a reader of the results should know.
     pub notes: Vec<String>,
+    /// Per program step, per rank: what the rank sends at the step's exchange, from its
+    /// engine at the end of the step ([`crate::device::ranks`]).
+    pub exchange: Vec<Vec<crate::device::ranks::RankMsg>>,
 }
 
 impl LoweredPlan {
@@ -284,6 +287,7 @@ pub fn lower_plan_timed(
         origins: Vec::new(),
         mismatch: None,
         sim_violations: Vec::new(),
+        exchange: Vec::new(),
     };
     drive(plan, &mut engines, &mut lowering);
     Ok(lowering.finish())
@@ -301,6 +305,7 @@ struct Lowering<'a, 'c> {
     origins: Vec<Vec<OpRef>>,
     mismatch: Option<(OpRef, String)>,
     sim_violations: Vec<SimFinding>,
+    exchange: Vec<Vec<crate::device::ranks::RankMsg>>,
 }
 
 impl Observer for Lowering<'_, '_> {
@@ -356,7 +361,9 @@ impl Observer for Lowering<'_, '_> {
         Flow::Continue
     }
 
-    fn end_step(&mut self, step: u64, _engines: &[Engine]) -> Flow {
+    fn end_step(&mut self, step: u64, engines: &[Engine]) -> Flow {
+        self.exchange
+            .push(engines.iter().map(crate::device::ranks::RankMsg::of_engine).collect());
         self.steps.push(step);
         self.origins.push(std::mem::take(&mut self.lw.origins));
         self.program.steps.push(GpuStep {
@@ -390,6 +397,7 @@ impl Lowering<'_, '_> {
             mismatch: self.mismatch,
             sim_violations: self.sim_violations,
             notes: std::mem::take(&mut self.lw.notes),
+            exchange: self.exchange,
         }
     }
 }

@@ -341,3 +341,84 @@ fn random_kda_state_is_refused_not_reported_as_corrupt() {
         "{err}"
     );
 }
+
+/// `plan` with a second rank running the same steps (requests are per rank).
+fn two_ranks(mut plan: Plan) -> Plan {
+    plan.scenario.dp_ranks = 2;
+    let steps = std::mem::take(&mut plan.steps);
+    for st in steps {
+        let mut other = st.clone();
+        other.rank = 1;
+        plan.steps.push(st);
+        plan.steps.push(other);
+    }
+    plan
+}
+
+#[test]
+fn rank_programs_split_the_whole_and_read_what_it_reads() {
+    use crate::device::ranks::split_ranks;
+    for (name, bad) in [("shadow_decode.json", false), ("bad_shadow_unfinished.json", true)] {
+        let whole = lower_plan(&two_ranks(load(name)), &LowerOptions::default()).expect("lowers");
+        assert_eq!(whole.mismatch, None, "{name}");
+        assert_eq!(whole.exchange.len(), whole.program.steps.len());
+        assert!(whole.exchange.iter().all(|s| s.len() == 2));
+        let parts = split_ranks(&whole, 2);
+        let mut ops = 0;
+        let mut reads: Vec<Bad> = Vec::new();
+        for p in &parts {
+            assert_eq!(
+                p.lowered.program.problems(),
+                Vec::<String>::new(),
+                "{name} rank {}",
+                p.rank
+            );
+            assert_eq!(p.lowered.program.layout.groups.len(), whole.groups_per_rank);
+            assert_eq!(p.lowered.program.steps.len(), whole.program.steps.len());
+            assert_eq!(p.lowered.exchange, whole.exchange);
+            for (si, step) in p.lowered.program.steps.iter().enumerate() {
+                ops += step.ops.len();
+                assert!(p.lowered.origins[si].iter().all(|o| o.rank == p.rank));
+                // Each op is the whole program's op, renumbered to the rank's groups.
+                for (oi, op) in step.ops.iter().enumerate() {
+                    let w = &whole.program.steps[si].ops[p.op_map[si][oi]];
+                    assert_eq!(std::mem::discriminant(op), std::mem::discriminant(w));
+                }
+            }
+            reads.extend(predict(&p.lowered));
+        }
+        assert_eq!(ops, whole.program.steps.iter().map(|s| s.ops.len()).sum::<usize>());
+        let mut want = predict(&whole);
+        want.sort();
+        reads.sort();
+        assert_eq!(reads, want, "{name}");
+        assert_eq!(reads.is_empty(), !bad, "{name}: {reads:?}");
+    }
+}
+
+#[test]
+fn a_rank_message_survives_the_wire_and_a_stale_one_does_not() {
+    use crate::device::ranks::{agree, RankMsg};
+    let m = RankMsg {
+        stage_ok: false,
+        free_blocks: 17,
+        injected: Some(0),
+    };
+    assert_eq!(RankMsg::from_wire(&m.to_wire(9), 9), Some(m));
+    assert_eq!(RankMsg::from_wire(&m.to_wire(9), 10), None);
+    let n = RankMsg {
+        stage_ok: true,
+        free_blocks: 5,
+        injected: Some(3),
+    };
+    let a = agree(&[
+        m,
+        n,
+        RankMsg {
+            stage_ok: true,
+            free_blocks: 9,
+            injected: Some(3),
+        },
+    ]);
+    assert_eq!((a.all_ok, a.min_free_blocks, a.points), (false, 5, vec![0, 3]));
+}
