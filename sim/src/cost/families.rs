@@ -3,13 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::desc::{Family, OpDesc};
 use super::fit::{Row, RowKind, Sample};
 
 /// One kernel family's residuals over its per-op rows.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct FamilyResidual {
     /// `decode mma`, `decode generic`, `decode latent_mma`, `moe`, `write_kv`, `state_update`, ...
     pub family: String,

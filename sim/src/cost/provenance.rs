@@ -36,6 +36,9 @@ pub struct Provenance {
     bands: Option<Vec<BandSchema>>,
     /// Per kernel shape key and feature: the smallest and largest value measured.
     ranges: Option<Vec<RangeSchema>>,
+    /// Per kernel family: the per-op residuals after the fit (runs with `--time-ops`; absent
+    /// before issue 21's microbenchmarks).
+    families: Option<Vec<super::families::FamilyResidual>>,
 }
 
 /// One band.
