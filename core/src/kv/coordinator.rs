@@ -3,7 +3,7 @@
 
 use super::block_pool::BlockPool;
 use super::hash::BlockHash;
-use super::manager::{find_longest_cache_hit, GroupManager};
+use super::manager::{empty_lists, find_longest_cache_hit, find_longest_cache_hit_into, GroupManager};
 use super::spec::{CoordinatorKind, GroupSpec};
 
 /// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
@@ -15,11 +15,10 @@ pub struct SpecGroup {
     pub group_ids: Vec<u32>,
 }
 
-/// Per-group hit blocks, the agreed hit length, and the longest single-group hit
-/// beyond it (`num_uncached_common_prefix_tokens`).
+/// The agreed hit length and the longest single-group hit beyond it
+/// (`num_uncached_common_prefix_tokens`); the per-group hit blocks are written
+/// into the caller's lists.
 pub struct CacheHit {
-    /// Hit blocks per group.
-    pub blocks: Vec<Vec<u32>>,
     /// Tokens every group accepts.
     pub hit_length: u64,
     /// The longest single-group hit beyond it.
@@ -82,25 +81,29 @@ impl Coordinator {
         }
     }
 
-    /// The longest prefix every group can take from the cache (§4).
+    /// The longest prefix every group can take from the cache (§4); each group's hit
+    /// blocks go to `blocks` (one list per group, reused).
     pub fn find_longest_cache_hit(
         &self,
         pool: &BlockPool,
         managers: &[GroupManager],
         hashes: &[BlockHash],
         max_length: u64,
+        blocks: &mut Vec<Vec<u32>>,
     ) -> CacheHit {
         let n = managers.len();
         match self.kind {
-            CoordinatorKind::NoPrefixCache => CacheHit {
-                blocks: vec![Vec::new(); n],
-                hit_length: 0,
-                uncached_common_prefix: 0,
-                fixed_point_reasked: false,
-            },
+            CoordinatorKind::NoPrefixCache => {
+                empty_lists(blocks, n);
+                CacheHit {
+                    hit_length: 0,
+                    uncached_common_prefix: 0,
+                    fixed_point_reasked: false,
+                }
+            }
             CoordinatorKind::Unitary => {
                 let m = &managers[0];
-                let (blocks, hit_length) = find_longest_cache_hit(
+                let hit_length = find_longest_cache_hit_into(
                     pool,
                     hashes,
                     self.hash_block_size,
@@ -108,21 +111,26 @@ impl Coordinator {
                     &[0],
                     m.spec,
                     m.spec.block_size,
+                    blocks,
                 );
                 CacheHit {
-                    blocks,
                     hit_length,
                     uncached_common_prefix: 0,
                     fixed_point_reasked: false,
                 }
             }
-            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length),
+            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length, blocks),
         }
     }
 
-    /// The fixed point over spec groups (§4.5): full attention is looked up once and
-    /// later only trimmed; every other group is re-asked with the shrinking length.
-    fn hybrid_hit(&self, pool: &BlockPool, n: usize, hashes: &[BlockHash], max_length: u64) -> CacheHit {
+    fn hybrid_hit(
+        &self,
+        pool: &BlockPool,
+        n: usize,
+        hashes: &[BlockHash],
+        max_length: u64,
+        out: &mut Vec<Vec<u32>>,
+    ) -> CacheHit {
         let align = self.scheduler_block_size;
         let mut hit_length = max_length;
         let mut longest = 0u64;
@@ -168,8 +176,9 @@ impl Coordinator {
                 }
             }
         }
+        out.clear();
+        out.extend(blocks.into_iter().map(Option::unwrap_or_default));
         CacheHit {
-            blocks: blocks.into_iter().map(Option::unwrap_or_default).collect(),
             hit_length,
             uncached_common_prefix: longest.saturating_sub(hit_length),
             fixed_point_reasked: reasked,

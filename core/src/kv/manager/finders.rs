@@ -21,6 +21,13 @@ impl HashView<'_> {
     }
 }
 
+/// Make `lists` `n` empty lists, keeping the storage of those it had.
+pub fn empty_lists(lists: &mut Vec<Vec<u32>>, n: usize) {
+    lists.truncate(n);
+    lists.iter_mut().for_each(Vec::clear);
+    lists.resize_with(n, Vec::new);
+}
+
 /// Hit blocks for each of `groups` (jointly looked up) and the hit length in tokens.
 pub fn find_longest_cache_hit(
     pool: &BlockPool,
@@ -31,12 +38,40 @@ pub fn find_longest_cache_hit(
     spec: GroupSpec,
     alignment: u64,
 ) -> (Vec<Vec<u32>>, u64) {
+    let mut out = Vec::new();
+    let len = find_longest_cache_hit_into(
+        pool,
+        hashes,
+        hash_block_size,
+        max_length,
+        groups,
+        spec,
+        alignment,
+        &mut out,
+    );
+    (out, len)
+}
+
+/// `find_longest_cache_hit` writing each group's hit blocks into `out` (one list
+/// per group, reused: a replay looks up once per admission and should not allocate
+/// afresh each time); returns the hit length in tokens.
+#[allow(clippy::too_many_arguments)]
+pub fn find_longest_cache_hit_into(
+    pool: &BlockPool,
+    hashes: &[BlockHash],
+    hash_block_size: u64,
+    max_length: u64,
+    groups: &[u32],
+    spec: GroupSpec,
+    alignment: u64,
+    out: &mut Vec<Vec<u32>>,
+) -> u64 {
     let bs = spec.block_size;
     let view = HashView {
         hashes,
         scale: (bs / hash_block_size) as usize,
     };
-    let mut out: Vec<Vec<u32>> = vec![Vec::new(); groups.len()];
+    empty_lists(out, groups.len());
     let max_blocks = ((max_length / bs) as usize).min(view.len());
     // One block per group for the probed position (reused across probes).
     let mut hit: Vec<u32> = Vec::with_capacity(groups.len());
@@ -53,18 +88,18 @@ pub fn find_longest_cache_hit(
                 if !probe(i, &mut hit) {
                     break;
                 }
-                push(&mut out, &hit);
+                push(out, &hit);
             }
             let mut len = out[0].len() as u64 * bs;
             len -= len % alignment;
             let keep = len.div_ceil(bs) as usize;
             out.iter_mut().for_each(|l| l.truncate(keep));
-            (out, len)
+            len
         }
         GroupKind::SlidingWindow { sliding_window } => {
             let need = (sliding_window - 1).div_ceil(bs) as usize;
             let max_blocks = (max_length / bs) as usize;
-            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; max_blocks]);
+            out.iter_mut().for_each(|l| l.resize(max_blocks, NULL_BLOCK));
             let mut run = 0usize;
             let mut found = false;
             for i in (0..max_blocks).rev() {
@@ -94,8 +129,7 @@ pub fn find_longest_cache_hit(
                     });
                 }
             }
-            let len = out[0].len() as u64 * bs;
-            (out, len)
+            out[0].len() as u64 * bs
         }
         GroupKind::ChunkedLocal { attention_chunk_size } => {
             // Everything left of the current chunk is a null "hit", even on an empty cache.
@@ -106,15 +140,14 @@ pub fn find_longest_cache_hit(
             };
             let start_blk = (start_tok / bs) as usize;
             let max_blocks = (max_length / bs) as usize;
-            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; start_blk]);
+            out.iter_mut().for_each(|l| l.resize(start_blk, NULL_BLOCK));
             for i in start_blk..max_blocks {
                 if !probe(i, &mut hit) {
                     break;
                 }
-                push(&mut out, &hit);
+                push(out, &hit);
             }
-            let len = out[0].len() as u64 * bs;
-            (out, len)
+            out[0].len() as u64 * bs
         }
         GroupKind::Mamba { .. } => {
             // The last matching state suffices: scan right to left.
@@ -127,10 +160,10 @@ pub fn find_longest_cache_hit(
                         list.extend(std::iter::repeat_n(NULL_BLOCK, i));
                         list.push(blk);
                     }
-                    return (out, (i as u64 + 1) * bs);
+                    return (i as u64 + 1) * bs;
                 }
             }
-            (out, 0)
+            0
         }
     }
 }
