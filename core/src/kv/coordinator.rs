@@ -3,7 +3,7 @@
 
 use super::block_pool::BlockPool;
 use super::hash::BlockHash;
-use super::manager::{empty_lists, find_longest_cache_hit, find_longest_cache_hit_into, GroupManager};
+use super::manager::{empty_lists, find_longest_cache_hit_into, GroupManager};
 use super::spec::{CoordinatorKind, GroupSpec};
 
 /// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
@@ -134,25 +134,36 @@ impl Coordinator {
         let align = self.scheduler_block_size;
         let mut hit_length = max_length;
         let mut longest = 0u64;
-        let mut blocks: Vec<Option<Vec<u32>>> = vec![None; n];
-        let mut lengths = vec![0u64; n];
+        empty_lists(out, n);
+        // Per group: the length of its last answer (`None` before it has one); its
+        // blocks are then in `out`. `answer` is the finder's scratch, swapped into `out`.
+        let mut lengths: Vec<Option<u64>> = vec![None; n];
+        let mut answer: Vec<Vec<u32>> = Vec::new();
         let simple = self.spec_groups.len() == 2 && self.spec_groups[0].spec.kind.is_full_attention_spec();
         let mut reasked = false;
         loop {
             let mut curr = hit_length;
             for sg in &self.spec_groups {
-                let first = sg.group_ids[0] as usize;
-                if sg.spec.kind.is_full_attention_spec() && blocks[first].is_some() {
-                    curr = curr.min(lengths[first]);
+                let first = lengths[sg.group_ids[0] as usize];
+                if let Some(len) = first.filter(|_| sg.spec.kind.is_full_attention_spec()) {
+                    curr = curr.min(len);
                     continue;
                 }
-                reasked |= blocks[first].is_some() && curr < lengths[first];
-                let (hit, len) =
-                    find_longest_cache_hit(pool, hashes, self.hash_block_size, curr, &sg.group_ids, sg.spec, align);
+                reasked |= first.is_some_and(|len| curr < len);
+                let len = find_longest_cache_hit_into(
+                    pool,
+                    hashes,
+                    self.hash_block_size,
+                    curr,
+                    &sg.group_ids,
+                    sg.spec,
+                    align,
+                    &mut answer,
+                );
                 curr = len;
-                for (gid, b) in sg.group_ids.iter().zip(hit) {
-                    blocks[*gid as usize] = Some(b);
-                    lengths[*gid as usize] = len;
+                for (gid, b) in sg.group_ids.iter().zip(answer.iter_mut()) {
+                    std::mem::swap(&mut out[*gid as usize], b);
+                    lengths[*gid as usize] = Some(len);
                 }
                 longest = longest.max(curr);
             }
@@ -171,13 +182,9 @@ impl Coordinator {
         {
             let keep = hit_length.div_ceil(sg.spec.block_size) as usize;
             for gid in &sg.group_ids {
-                if let Some(b) = blocks[*gid as usize].as_mut() {
-                    b.truncate(keep);
-                }
+                out[*gid as usize].truncate(keep);
             }
         }
-        out.clear();
-        out.extend(blocks.into_iter().map(Option::unwrap_or_default));
         CacheHit {
             hit_length,
             uncached_common_prefix: longest.saturating_sub(hit_length),

@@ -73,9 +73,16 @@ pub fn find_longest_cache_hit_into(
     };
     empty_lists(out, groups.len());
     let max_blocks = ((max_length / bs) as usize).min(view.len());
-    // One block per group for the probed position (reused across probes).
-    let mut hit: Vec<u32> = Vec::with_capacity(groups.len());
-    let probe = |i: usize, hit: &mut Vec<u32>| view.get(i).is_some_and(|h| pool.get_cached_block_into(h, groups, hit));
+    // One block per group for the probed position (reused across probes), on the
+    // stack for the usual few groups: a lookup then allocates nothing here.
+    let (mut stack, mut heap) = ([NULL_BLOCK; 8], Vec::new());
+    let hit: &mut [u32] = if groups.len() <= stack.len() {
+        &mut stack[..groups.len()]
+    } else {
+        heap.resize(groups.len(), NULL_BLOCK);
+        &mut heap
+    };
+    let probe = |i: usize, hit: &mut [u32]| view.get(i).is_some_and(|h| pool.get_cached_block_into(h, groups, hit));
     let push = |out: &mut Vec<Vec<u32>>, blocks: &[u32]| {
         for (list, &b) in out.iter_mut().zip(blocks) {
             list.push(b);
@@ -85,10 +92,10 @@ pub fn find_longest_cache_hit_into(
         GroupKind::FullAttention | GroupKind::Mla => {
             // Downward-closed: stop at the first miss (chained hashes).
             for i in 0..max_blocks {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     break;
                 }
-                push(out, &hit);
+                push(out, hit);
             }
             let mut len = out[0].len() as u64 * bs;
             len -= len % alignment;
@@ -103,7 +110,7 @@ pub fn find_longest_cache_hit_into(
             let mut run = 0usize;
             let mut found = false;
             for i in (0..max_blocks).rev() {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     run = 0;
                     continue;
                 }
@@ -111,7 +118,7 @@ pub fn find_longest_cache_hit_into(
                 if run == 0 && bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                     continue;
                 }
-                for (list, &blk) in out.iter_mut().zip(&hit) {
+                for (list, &blk) in out.iter_mut().zip(hit.iter()) {
                     list[i] = blk;
                 }
                 run += 1;
@@ -142,21 +149,21 @@ pub fn find_longest_cache_hit_into(
             let max_blocks = (max_length / bs) as usize;
             out.iter_mut().for_each(|l| l.resize(start_blk, NULL_BLOCK));
             for i in start_blk..max_blocks {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     break;
                 }
-                push(out, &hit);
+                push(out, hit);
             }
             out[0].len() as u64 * bs
         }
         GroupKind::Mamba { .. } => {
             // The last matching state suffices: scan right to left.
             for i in (0..max_blocks).rev() {
-                if probe(i, &mut hit) {
+                if probe(i, hit) {
                     if bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                         continue;
                     }
-                    for (list, &blk) in out.iter_mut().zip(&hit) {
+                    for (list, &blk) in out.iter_mut().zip(hit.iter()) {
                         list.extend(std::iter::repeat_n(NULL_BLOCK, i));
                         list.push(blk);
                     }
