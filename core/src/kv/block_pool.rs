@@ -256,16 +256,15 @@ impl BlockPool {
 
     /// `get_cached_block`: one block per group, or `None` if any group misses (§1.5).
     pub fn get_cached_block(&self, hash: u128, groups: &[u32]) -> Option<Vec<u32>> {
-        let mut out = Vec::with_capacity(groups.len());
+        let mut out = vec![NULL_BLOCK; groups.len()];
         self.get_cached_block_into(hash, groups, &mut out).then_some(out)
     }
 
-    /// `get_cached_block` into `out` (cleared first); false if any group misses.
-    pub fn get_cached_block_into(&self, hash: u128, groups: &[u32], out: &mut Vec<u32>) -> bool {
-        out.clear();
-        for &group in groups {
+    /// `get_cached_block` into `out` (one slot per group); false if any group misses.
+    pub fn get_cached_block_into(&self, hash: u128, groups: &[u32], out: &mut [u32]) -> bool {
+        for (&group, slot) in groups.iter().zip(out) {
             match self.cached.get(&BlockKey { hash, group }) {
-                Some(ids) => out.push(ids.first()),
+                Some(ids) => *slot = ids.first(),
                 None => return false,
             }
         }

@@ -3,7 +3,7 @@
 
 use super::block_pool::BlockPool;
 use super::hash::BlockHash;
-use super::manager::{find_longest_cache_hit, GroupManager};
+use super::manager::{empty_lists, find_longest_cache_hit_into, GroupManager};
 use super::spec::{CoordinatorKind, GroupSpec};
 
 /// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
@@ -15,11 +15,10 @@ pub struct SpecGroup {
     pub group_ids: Vec<u32>,
 }
 
-/// Per-group hit blocks, the agreed hit length, and the longest single-group hit
-/// beyond it (`num_uncached_common_prefix_tokens`).
+/// The agreed hit length and the longest single-group hit beyond it
+/// (`num_uncached_common_prefix_tokens`); the per-group hit blocks are written
+/// into the caller's lists.
 pub struct CacheHit {
-    /// Hit blocks per group.
-    pub blocks: Vec<Vec<u32>>,
     /// Tokens every group accepts.
     pub hit_length: u64,
     /// The longest single-group hit beyond it.
@@ -82,25 +81,29 @@ impl Coordinator {
         }
     }
 
-    /// The longest prefix every group can take from the cache (§4).
+    /// The longest prefix every group can take from the cache (§4); each group's hit
+    /// blocks go to `blocks` (one list per group, reused).
     pub fn find_longest_cache_hit(
         &self,
         pool: &BlockPool,
         managers: &[GroupManager],
         hashes: &[BlockHash],
         max_length: u64,
+        blocks: &mut Vec<Vec<u32>>,
     ) -> CacheHit {
         let n = managers.len();
         match self.kind {
-            CoordinatorKind::NoPrefixCache => CacheHit {
-                blocks: vec![Vec::new(); n],
-                hit_length: 0,
-                uncached_common_prefix: 0,
-                fixed_point_reasked: false,
-            },
+            CoordinatorKind::NoPrefixCache => {
+                empty_lists(blocks, n);
+                CacheHit {
+                    hit_length: 0,
+                    uncached_common_prefix: 0,
+                    fixed_point_reasked: false,
+                }
+            }
             CoordinatorKind::Unitary => {
                 let m = &managers[0];
-                let (blocks, hit_length) = find_longest_cache_hit(
+                let hit_length = find_longest_cache_hit_into(
                     pool,
                     hashes,
                     self.hash_block_size,
@@ -108,43 +111,59 @@ impl Coordinator {
                     &[0],
                     m.spec,
                     m.spec.block_size,
+                    blocks,
                 );
                 CacheHit {
-                    blocks,
                     hit_length,
                     uncached_common_prefix: 0,
                     fixed_point_reasked: false,
                 }
             }
-            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length),
+            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length, blocks),
         }
     }
 
-    /// The fixed point over spec groups (§4.5): full attention is looked up once and
-    /// later only trimmed; every other group is re-asked with the shrinking length.
-    fn hybrid_hit(&self, pool: &BlockPool, n: usize, hashes: &[BlockHash], max_length: u64) -> CacheHit {
+    fn hybrid_hit(
+        &self,
+        pool: &BlockPool,
+        n: usize,
+        hashes: &[BlockHash],
+        max_length: u64,
+        out: &mut Vec<Vec<u32>>,
+    ) -> CacheHit {
         let align = self.scheduler_block_size;
         let mut hit_length = max_length;
         let mut longest = 0u64;
-        let mut blocks: Vec<Option<Vec<u32>>> = vec![None; n];
-        let mut lengths = vec![0u64; n];
+        empty_lists(out, n);
+        // Per group: the length of its last answer (`None` before it has one); its
+        // blocks are then in `out`. `answer` is the finder's scratch, swapped into `out`.
+        let mut lengths: Vec<Option<u64>> = vec![None; n];
+        let mut answer: Vec<Vec<u32>> = Vec::new();
         let simple = self.spec_groups.len() == 2 && self.spec_groups[0].spec.kind.is_full_attention_spec();
         let mut reasked = false;
         loop {
             let mut curr = hit_length;
             for sg in &self.spec_groups {
-                let first = sg.group_ids[0] as usize;
-                if sg.spec.kind.is_full_attention_spec() && blocks[first].is_some() {
-                    curr = curr.min(lengths[first]);
+                let first = lengths[sg.group_ids[0] as usize];
+                if let Some(len) = first.filter(|_| sg.spec.kind.is_full_attention_spec()) {
+                    curr = curr.min(len);
                     continue;
                 }
-                reasked |= blocks[first].is_some() && curr < lengths[first];
-                let (hit, len) =
-                    find_longest_cache_hit(pool, hashes, self.hash_block_size, curr, &sg.group_ids, sg.spec, align);
+                reasked |= first.is_some_and(|len| curr < len);
+                let len = find_longest_cache_hit_into(
+                    pool,
+                    hashes,
+                    self.hash_block_size,
+                    curr,
+                    &sg.group_ids,
+                    sg.spec,
+                    align,
+                    &mut answer,
+                );
                 curr = len;
-                for (gid, b) in sg.group_ids.iter().zip(hit) {
-                    blocks[*gid as usize] = Some(b);
-                    lengths[*gid as usize] = len;
+                for (gid, b) in sg.group_ids.iter().zip(answer.iter_mut()) {
+                    std::mem::swap(&mut out[*gid as usize], b);
+                    lengths[*gid as usize] = Some(len);
                 }
                 longest = longest.max(curr);
             }
@@ -163,13 +182,10 @@ impl Coordinator {
         {
             let keep = hit_length.div_ceil(sg.spec.block_size) as usize;
             for gid in &sg.group_ids {
-                if let Some(b) = blocks[*gid as usize].as_mut() {
-                    b.truncate(keep);
-                }
+                out[*gid as usize].truncate(keep);
             }
         }
         CacheHit {
-            blocks: blocks.into_iter().map(Option::unwrap_or_default).collect(),
             hit_length,
             uncached_common_prefix: longest.saturating_sub(hit_length),
             fixed_point_reasked: reasked,

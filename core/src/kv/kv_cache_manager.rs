@@ -3,7 +3,7 @@
 use super::block_pool::{BlockPool, PoolError};
 use super::changes::{self, ModelChanges, TableChanges};
 use super::coordinator::Coordinator;
-use super::manager::GroupManager;
+use super::manager::{empty_lists, GroupManager};
 use super::mutant::ModelMutant;
 use super::request::{ReqId, Request, RequestStatus};
 use super::spec::{ConfigError, CoordinatorKind, KvConfig};
@@ -161,28 +161,39 @@ impl KvCacheManager {
 
     /// `get_computed_blocks`: the longest prefix hit; no ref count changes.
     pub fn get_computed_blocks(&self, req: &Request) -> ComputedBlocks {
+        let mut hit = ComputedBlocks::default();
+        self.get_computed_blocks_into(req, &mut hit);
+        hit
+    }
+
+    /// `get_computed_blocks` into `hit`, whose block lists are reused (a replay
+    /// recycles the last lookup's instead of allocating new ones).
+    pub fn get_computed_blocks_into(&self, req: &Request, hit: &mut ComputedBlocks) {
         if !self.config.enable_caching || req.skip_reading_prefix_cache {
-            return ComputedBlocks {
-                blocks: vec![Vec::new(); self.groups.len()],
-                ..Default::default()
-            };
+            empty_lists(&mut hit.blocks, self.groups.len());
+            (
+                hit.num_computed_tokens,
+                hit.shared_prefix_boundary,
+                hit.fixed_point_reasked,
+            ) = (0, 0, false);
+            return;
         }
         // At least the last token is always recomputed to get logits.
         let max_len = req.num_tokens().saturating_sub(1);
-        let hit = self
-            .coordinator
-            .find_longest_cache_hit(&self.pool, &self.groups, &req.block_hashes, max_len);
-        let boundary = if hit.uncached_common_prefix > 0 {
-            hit.hit_length + hit.uncached_common_prefix
+        let found = self.coordinator.find_longest_cache_hit(
+            &self.pool,
+            &self.groups,
+            &req.block_hashes,
+            max_len,
+            &mut hit.blocks,
+        );
+        hit.num_computed_tokens = found.hit_length;
+        hit.shared_prefix_boundary = if found.uncached_common_prefix > 0 {
+            found.hit_length + found.uncached_common_prefix
         } else {
             0
         };
-        ComputedBlocks {
-            blocks: hit.blocks,
-            num_computed_tokens: hit.hit_length,
-            shared_prefix_boundary: boundary,
-            fixed_point_reasked: hit.fixed_point_reasked,
-        }
+        hit.fixed_point_reasked = found.fixed_point_reasked;
     }
 
     fn num_blocks_to_allocate(

@@ -106,6 +106,10 @@ impl Request {
 
     fn update_block_hashes(&mut self) {
         if let Some(hbs) = self.hash_block_size {
+            // Most appends (one decoded token) complete no block: nothing to hash.
+            if (self.block_hashes.len() as u64 + 1) * hbs > self.tokens.len() as u64 {
+                return;
+            }
             extend_block_hashes(
                 &mut self.block_hashes,
                 &self.tokens,

@@ -10,14 +10,20 @@ use super::ops::{self, Fields, Key};
 
 /// A token list in `OpData::tokens`.
 #[derive(Clone, Copy, Debug)]
+/// 32-bit offsets keep `Op` small (40 bytes, not 72): a replay streams through the ops.
 pub struct Span {
-    start: usize,
-    len: usize,
+    start: u32,
+    len: u32,
 }
 
 /// A string (a salt, an op name, an error message) in `OpData::strings`.
 #[derive(Clone, Copy, Debug)]
-pub struct Str(usize);
+pub struct Str(u32);
+
+/// A trace's token count or string count as an offset (traces are far smaller).
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 tokens and strings per trace")
+}
 
 /// A stateless check's outcome: the value, or the op's `InvalidOp` message.
 pub type Checked<T> = Result<T, Str>;
@@ -34,11 +40,12 @@ pub struct OpData {
 
 impl OpData {
     pub fn tokens(&self, s: Span) -> &[u64] {
-        &self.tokens[s.start..s.start + s.len]
+        let start = s.start as usize;
+        &self.tokens[start..start + s.len as usize]
     }
 
     pub fn str(&self, s: Str) -> &str {
-        &self.strings[s.0]
+        &self.strings[s.0 as usize]
     }
 
     /// Drop per-op data (ids stay interned): for compiling one op at a time.
@@ -52,14 +59,14 @@ impl OpData {
         let start = self.tokens.len();
         ops::tokens_into(f, key, required, &mut self.tokens)?;
         Ok(Span {
-            start,
-            len: self.tokens.len() - start,
+            start: offset(start),
+            len: offset(self.tokens.len() - start),
         })
     }
 
     fn string(&mut self, s: String) -> Str {
         self.strings.push(s);
-        Str(self.strings.len() - 1)
+        Str(offset(self.strings.len() - 1))
     }
 
     /// A field check's outcome, its message stored on failure.
@@ -201,5 +208,18 @@ pub fn compile_op(op: &Value, data: &mut OpData) -> Op {
         }),
         Some("reset_prefix_cache") => Op::ResetPrefixCache,
         Some(other) => Op::Unknown(data.string(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_op_stays_small() {
+        // Replays stream through the ops; the 32-bit offsets are what keep them at 40 bytes.
+        assert!(
+            std::mem::size_of::<super::Op>() <= 40,
+            "{}",
+            std::mem::size_of::<super::Op>()
+        );
     }
 }

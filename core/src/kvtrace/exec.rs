@@ -53,6 +53,9 @@ pub struct Replayer {
     next_rid: u32,
     /// The last lookup; only the very next op may consume it.
     pub pending: Option<(u32, ComputedBlocks)>,
+    /// A consumed lookup kept for its block lists: the next lookup fills them
+    /// instead of allocating new ones.
+    spare_hit: ComputedBlocks,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
     /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
@@ -82,6 +85,7 @@ impl Replayer {
             stale: true,
             next_rid: 0,
             pending: None,
+            spare_hit: ComputedBlocks::default(),
             new_blocks: Vec::new(),
             fixed_point_reasks: 0,
         }
@@ -136,6 +140,20 @@ impl Replayer {
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
         let lookup = self.pending.take();
+        let outcome = self.apply_with(data, op, lookup.as_ref());
+        if let Some((_, hit)) = lookup {
+            self.spare_hit = hit;
+        }
+        outcome
+    }
+
+    /// `apply`, with the lookup it consumes.
+    fn apply_with(
+        &mut self,
+        data: &OpData,
+        op: Op,
+        lookup: Option<&(u32, ComputedBlocks)>,
+    ) -> Result<Outcome, OpError> {
         match op {
             Op::NotObject => Err("an op must be an object".into()),
             Op::MissingName => Err("missing op name".into()),
@@ -222,7 +240,8 @@ impl Replayer {
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
-        let hit = self.kv.get_computed_blocks(&l.req);
+        let mut hit = std::mem::take(&mut self.spare_hit);
+        self.kv.get_computed_blocks_into(&l.req, &mut hit);
         self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
         self.live_mut(id).req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.pending = Some((id, hit));
@@ -233,17 +252,17 @@ impl Replayer {
         &mut self,
         data: &OpData,
         a: Alloc,
-        lookup: Option<(u32, ComputedBlocks)>,
+        lookup: Option<&(u32, ComputedBlocks)>,
     ) -> Result<Outcome, OpError> {
         let l = live(&self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
         }
         let hits = match lookup {
-            Some((lid, hit)) if a.use_computed && lid == a.id => Some(hit),
+            Some((lid, hit)) if a.use_computed && *lid == a.id => Some(hit),
             _ => None,
         };
-        let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
+        let hit_tokens = hits.map_or(0, |h| h.num_computed_tokens);
         if l.req
             .num_computed_tokens
             .saturating_add(hit_tokens)
@@ -254,7 +273,7 @@ impl Replayer {
         }
         let args = AllocateArgs {
             num_new_tokens: a.num_new_tokens,
-            hits: hits.as_ref(),
+            hits,
             num_lookahead_tokens: a.num_lookahead_tokens,
             delay_cache_blocks: a.delay_cache_blocks,
             full_sequence_must_fit: a.full_sequence_must_fit,

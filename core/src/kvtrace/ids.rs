@@ -9,18 +9,34 @@ use crate::kv::hash::FastMap;
 
 #[derive(Clone, Debug, Default)]
 pub struct Ids {
+    /// Ids of up to 7 bytes (nearly every id, e.g. "r12") by `packed` name: a probe
+    /// hashes and compares one integer, and interning one allocates nothing.
     /// Only ever probed, never iterated.
-    index: FastMap<String, u32>,
+    short: FastMap<u64, u32>,
+    /// Longer ids by name. Only ever probed, never iterated.
+    long: FastMap<String, u32>,
     /// Every id's name and JSON literal, back to back.
     text: String,
     /// Per id: where its name and its literal are in `text`.
     spans: Vec<(Range<usize>, Range<usize>)>,
 }
 
+/// A name of up to 7 bytes as one word: its bytes, then its length in the top
+/// byte (so "a" and "a\0" differ); `None` for longer names.
+fn packed(name: &str) -> Option<u64> {
+    let b = name.as_bytes();
+    if b.len() > 7 {
+        return None;
+    }
+    // Byte by byte: a copy of a variable-length slice would be a memcpy call.
+    let bytes = b.iter().rev().fold(0u64, |word, &x| (word << 8) | u64::from(x));
+    Some(bytes | (b.len() as u64) << 56)
+}
+
 impl Ids {
     /// The index of `name`, allocating the next one on first sight.
     pub fn intern(&mut self, name: &str) -> u32 {
-        if let Some(&k) = self.index.get(name) {
+        if let Some(k) = self.get(name) {
             return k;
         }
         let k = u32::try_from(self.spans.len()).expect("fewer than 2^32 request ids");
@@ -29,12 +45,19 @@ impl Ids {
         let mid = self.text.len();
         push_str(&mut self.text, name);
         self.spans.push((start..mid, mid..self.text.len()));
-        self.index.insert(name.to_string(), k);
+        match packed(name) {
+            Some(word) => self.short.insert(word, k),
+            None => self.long.insert(name.to_string(), k),
+        };
         k
     }
 
     pub fn get(&self, name: &str) -> Option<u32> {
-        self.index.get(name).copied()
+        match packed(name) {
+            Some(word) => self.short.get(&word),
+            None => self.long.get(name),
+        }
+        .copied()
     }
 
     pub fn name(&self, k: u32) -> &str {
@@ -44,5 +67,23 @@ impl Ids {
     /// The id as a JSON string literal (quotes included).
     pub fn literal(&self, k: u32) -> &str {
         &self.text[self.spans[k as usize].1.clone()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ids;
+
+    #[test]
+    fn short_and_long_names_intern_apart_and_back() {
+        let names = ["r1", "r1\0", "r10", "", "a", "\0", "seven77", "eight888", "é", "r1 "];
+        let mut ids = Ids::default();
+        let ks: Vec<u32> = names.iter().map(|n| ids.intern(n)).collect();
+        assert_eq!(ks, (0..names.len() as u32).collect::<Vec<_>>(), "every name is new");
+        for (n, k) in names.iter().zip(ks) {
+            assert_eq!((ids.intern(n), ids.get(n), ids.name(k)), (k, Some(k), *n));
+        }
+        assert_eq!(ids.get("r2"), None);
+        assert_eq!(ids.literal(ids.get("é").unwrap()), "\"\\u00e9\"");
     }
 }

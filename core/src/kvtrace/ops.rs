@@ -43,26 +43,36 @@ impl Key {
 /// map would compare strings down its tree; unknown keys are ignored, as before.
 pub struct Fields<'a>([Option<&'a Value>; KEYS.len()]);
 
+/// The field `k` names, if kvtrace/1 defines it. The length (and for the two
+/// lengths that two keys share, the first byte) picks the one candidate, so each
+/// key costs one comparison with a literal, which the compiler inlines.
+#[inline]
+fn key_of(k: &str) -> Option<Key> {
+    let is = |name: &str, key: Key| (k == name).then_some(key);
+    match (k.len(), k.as_bytes().first()) {
+        (2, Some(b'o')) => is("op", Key::Op),
+        (2, _) => is("id", Key::Id),
+        (6, _) => is("prompt", Key::Prompt),
+        (10, Some(b'c')) => is("cache_salt", Key::CacheSalt),
+        (10, _) => is("num_tokens", Key::NumTokens),
+        (12, _) => is("use_computed", Key::UseComputed),
+        (13, _) => is("output_tokens", Key::OutputTokens),
+        (14, _) => is("num_new_tokens", Key::NumNewTokens),
+        (18, _) => is("delay_cache_blocks", Key::DelayCacheBlocks),
+        (20, _) => is("num_lookahead_tokens", Key::NumLookaheadTokens),
+        (22, _) => is("full_sequence_must_fit", Key::FullSequenceMustFit),
+        _ => None,
+    }
+}
+
 impl<'a> Fields<'a> {
+    #[inline]
     pub fn of(m: &'a Map<String, Value>) -> Self {
         let mut f = [None; KEYS.len()];
         for (k, v) in m {
-            // Spelled out (not a search of KEYS) so that the compiler dispatches on length.
-            let key = match k.as_str() {
-                "op" => Key::Op,
-                "id" => Key::Id,
-                "prompt" => Key::Prompt,
-                "cache_salt" => Key::CacheSalt,
-                "num_new_tokens" => Key::NumNewTokens,
-                "num_lookahead_tokens" => Key::NumLookaheadTokens,
-                "delay_cache_blocks" => Key::DelayCacheBlocks,
-                "full_sequence_must_fit" => Key::FullSequenceMustFit,
-                "use_computed" => Key::UseComputed,
-                "num_tokens" => Key::NumTokens,
-                "output_tokens" => Key::OutputTokens,
-                _ => continue,
-            };
-            f[key as usize] = Some(v);
+            if let Some(key) = key_of(k) {
+                f[key as usize] = Some(v);
+            }
         }
         Fields(f)
     }
@@ -148,6 +158,18 @@ mod tests {
             .map(|(i, k)| (k.to_string(), i.into()))
             .collect();
         let f = Fields::of(&m);
+        for near in [
+            "ox",
+            "ip",
+            "prompts",
+            "cache_salz",
+            "num_tokenz",
+            "",
+            "o",
+            "output_tokenz",
+        ] {
+            assert!(super::key_of(near).is_none(), "{near:?}");
+        }
         for (i, k) in all.into_iter().enumerate() {
             assert_eq!(k.name(), KEYS[i]);
             assert_eq!(

@@ -21,6 +21,13 @@ impl HashView<'_> {
     }
 }
 
+/// Make `lists` `n` empty lists, keeping the storage of those it had.
+pub fn empty_lists(lists: &mut Vec<Vec<u32>>, n: usize) {
+    lists.truncate(n);
+    lists.iter_mut().for_each(Vec::clear);
+    lists.resize_with(n, Vec::new);
+}
+
 /// Hit blocks for each of `groups` (jointly looked up) and the hit length in tokens.
 pub fn find_longest_cache_hit(
     pool: &BlockPool,
@@ -31,16 +38,51 @@ pub fn find_longest_cache_hit(
     spec: GroupSpec,
     alignment: u64,
 ) -> (Vec<Vec<u32>>, u64) {
+    let mut out = Vec::new();
+    let len = find_longest_cache_hit_into(
+        pool,
+        hashes,
+        hash_block_size,
+        max_length,
+        groups,
+        spec,
+        alignment,
+        &mut out,
+    );
+    (out, len)
+}
+
+/// `find_longest_cache_hit` writing each group's hit blocks into `out` (one list
+/// per group, reused: a replay looks up once per admission and should not allocate
+/// afresh each time); returns the hit length in tokens.
+#[allow(clippy::too_many_arguments)]
+pub fn find_longest_cache_hit_into(
+    pool: &BlockPool,
+    hashes: &[BlockHash],
+    hash_block_size: u64,
+    max_length: u64,
+    groups: &[u32],
+    spec: GroupSpec,
+    alignment: u64,
+    out: &mut Vec<Vec<u32>>,
+) -> u64 {
     let bs = spec.block_size;
     let view = HashView {
         hashes,
         scale: (bs / hash_block_size) as usize,
     };
-    let mut out: Vec<Vec<u32>> = vec![Vec::new(); groups.len()];
+    empty_lists(out, groups.len());
     let max_blocks = ((max_length / bs) as usize).min(view.len());
-    // One block per group for the probed position (reused across probes).
-    let mut hit: Vec<u32> = Vec::with_capacity(groups.len());
-    let probe = |i: usize, hit: &mut Vec<u32>| view.get(i).is_some_and(|h| pool.get_cached_block_into(h, groups, hit));
+    // One block per group for the probed position (reused across probes), on the
+    // stack for the usual few groups: a lookup then allocates nothing here.
+    let (mut stack, mut heap) = ([NULL_BLOCK; 8], Vec::new());
+    let hit: &mut [u32] = if groups.len() <= stack.len() {
+        &mut stack[..groups.len()]
+    } else {
+        heap.resize(groups.len(), NULL_BLOCK);
+        &mut heap
+    };
+    let probe = |i: usize, hit: &mut [u32]| view.get(i).is_some_and(|h| pool.get_cached_block_into(h, groups, hit));
     let push = |out: &mut Vec<Vec<u32>>, blocks: &[u32]| {
         for (list, &b) in out.iter_mut().zip(blocks) {
             list.push(b);
@@ -50,25 +92,25 @@ pub fn find_longest_cache_hit(
         GroupKind::FullAttention | GroupKind::Mla => {
             // Downward-closed: stop at the first miss (chained hashes).
             for i in 0..max_blocks {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     break;
                 }
-                push(&mut out, &hit);
+                push(out, hit);
             }
             let mut len = out[0].len() as u64 * bs;
             len -= len % alignment;
             let keep = len.div_ceil(bs) as usize;
             out.iter_mut().for_each(|l| l.truncate(keep));
-            (out, len)
+            len
         }
         GroupKind::SlidingWindow { sliding_window } => {
             let need = (sliding_window - 1).div_ceil(bs) as usize;
             let max_blocks = (max_length / bs) as usize;
-            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; max_blocks]);
+            out.iter_mut().for_each(|l| l.resize(max_blocks, NULL_BLOCK));
             let mut run = 0usize;
             let mut found = false;
             for i in (0..max_blocks).rev() {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     run = 0;
                     continue;
                 }
@@ -76,7 +118,7 @@ pub fn find_longest_cache_hit(
                 if run == 0 && bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                     continue;
                 }
-                for (list, &blk) in out.iter_mut().zip(&hit) {
+                for (list, &blk) in out.iter_mut().zip(hit.iter()) {
                     list[i] = blk;
                 }
                 run += 1;
@@ -94,8 +136,7 @@ pub fn find_longest_cache_hit(
                     });
                 }
             }
-            let len = out[0].len() as u64 * bs;
-            (out, len)
+            out[0].len() as u64 * bs
         }
         GroupKind::ChunkedLocal { attention_chunk_size } => {
             // Everything left of the current chunk is a null "hit", even on an empty cache.
@@ -106,31 +147,30 @@ pub fn find_longest_cache_hit(
             };
             let start_blk = (start_tok / bs) as usize;
             let max_blocks = (max_length / bs) as usize;
-            out.iter_mut().for_each(|l| *l = vec![NULL_BLOCK; start_blk]);
+            out.iter_mut().for_each(|l| l.resize(start_blk, NULL_BLOCK));
             for i in start_blk..max_blocks {
-                if !probe(i, &mut hit) {
+                if !probe(i, hit) {
                     break;
                 }
-                push(&mut out, &hit);
+                push(out, hit);
             }
-            let len = out[0].len() as u64 * bs;
-            (out, len)
+            out[0].len() as u64 * bs
         }
         GroupKind::Mamba { .. } => {
             // The last matching state suffices: scan right to left.
             for i in (0..max_blocks).rev() {
-                if probe(i, &mut hit) {
+                if probe(i, hit) {
                     if bs != alignment && !((i as u64 + 1) * bs).is_multiple_of(alignment) {
                         continue;
                     }
-                    for (list, &blk) in out.iter_mut().zip(&hit) {
+                    for (list, &blk) in out.iter_mut().zip(hit.iter()) {
                         list.extend(std::iter::repeat_n(NULL_BLOCK, i));
                         list.push(blk);
                     }
-                    return (out, (i as u64 + 1) * bs);
+                    return (i as u64 + 1) * bs;
                 }
             }
-            (out, 0)
+            0
         }
     }
 }

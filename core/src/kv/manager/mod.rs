@@ -9,7 +9,7 @@ mod finders;
 mod mamba;
 mod tables;
 
-pub use finders::find_longest_cache_hit;
+pub use finders::{empty_lists, find_longest_cache_hit, find_longest_cache_hit_into};
 use tables::Tables;
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
@@ -342,7 +342,16 @@ impl GroupManager {
     }
 
     /// `remove_skipped_blocks`: free blocks that left the window (§3.2).
+    #[inline]
     pub fn remove_skipped_blocks(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
+        // Full attention and MLA skip no token: nothing ever leaves their tables, and
+        // every allocation asks every group, so they return before the call.
+        if !matches!(self.spec.kind, GroupKind::FullAttention | GroupKind::Mla) {
+            self.remove_skipped_blocks_windowed(pool, req, processed);
+        }
+    }
+
+    fn remove_skipped_blocks_windowed(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
         if self.slip == Some(ManagerSlip::AlignStatesKept) && self.is_mamba_align() {
             return;
         }
