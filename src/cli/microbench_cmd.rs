@@ -55,6 +55,19 @@ pub struct RunArgs {
     /// Only these entries (comma-separated names; default: all in the manifest).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Passes per plan: `ops` (every launching op timed with its own events: each kernel's
+    /// cost, `<name>.gpu.json`) and `plain` (steps and windows only: launches queued back to
+    /// back as in a benchmark, the launch and host overheads, `<name>.plain.gpu.json`).
+    #[arg(long, value_delimiter = ',', default_value = "ops,plain")]
+    pub passes: Vec<String>,
+}
+
+/// The results file of a pass.
+fn pass_file(name: &str, pass: &str) -> String {
+    match pass {
+        "ops" => format!("{name}.gpu.json"),
+        _ => format!("{name}.{pass}.gpu.json"),
+    }
 }
 
 pub fn run(c: MicrobenchCommand) -> Result<ExitCode, CliError> {
@@ -190,6 +203,9 @@ fn manifest_entries(dir: &Path) -> Result<Vec<(String, PathBuf, String)>, CliErr
 }
 
 fn run_all(a: RunArgs) -> Result<ExitCode, CliError> {
+    if let Some(bad) = a.passes.iter().find(|p| !matches!(p.as_str(), "ops" | "plain")) {
+        return Err(CliError::Input(format!("--passes {bad}: use ops, plain or both")));
+    }
     if let Some(reason) = kvsim_gpu::no_device_reason() {
         return Err(CliError::Input(format!("no CUDA device: {reason}")));
     }
@@ -206,7 +222,6 @@ fn run_all(a: RunArgs) -> Result<ExitCode, CliError> {
         let mut o = super::replay_gpu::GpuReplayOptions {
             warmup: a.warmup,
             repeat: a.repeat,
-            time_ops: true,
             ..Default::default()
         };
         match replay.as_str() {
@@ -222,26 +237,32 @@ fn run_all(a: RunArgs) -> Result<ExitCode, CliError> {
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| CliError::Input(format!("cannot create {}: {e}", a.out_dir.display())))?;
     let mut failed = Vec::new();
+    let runs = plans.len() * a.passes.len();
     for (i, (name, plan, o)) in plans.iter().enumerate() {
-        eprintln!("[{}/{}] {name}", i + 1, plans.len());
-        let out = a.out_dir.join(format!("{name}.gpu.json"));
-        let code = super::replay_gpu::run(plan, &out, o, None)?;
-        if code != ExitCode::SUCCESS {
-            failed.push(name.clone());
+        for (j, pass) in a.passes.iter().enumerate() {
+            eprintln!("[{}/{runs}] {name} ({pass})", i * a.passes.len() + j + 1);
+            let o = super::replay_gpu::GpuReplayOptions {
+                time_ops: pass == "ops",
+                ..o.clone()
+            };
+            let out = a.out_dir.join(pass_file(name, pass));
+            let code = super::replay_gpu::run(plan, &out, &o, None)?;
+            if code != ExitCode::SUCCESS {
+                failed.push(format!("{name} ({pass})"));
+            }
         }
     }
     if failed.is_empty() {
         say(format_args!(
-            "{} microbenchmarks measured; fit with: kvsim calibrate {}/*.gpu.json --out PROFILE",
+            "{} microbenchmarks measured ({runs} runs); fit with: kvsim calibrate {}/*.gpu.json --out PROFILE",
             plans.len(),
             a.out_dir.display()
         ))?;
         Ok(ExitCode::SUCCESS)
     } else {
         Err(CliError::Failed(format!(
-            "{} of {} microbenchmarks failed verification: {}",
+            "{} of {runs} microbenchmark runs failed verification: {}",
             failed.len(),
-            plans.len(),
             failed.join(", ")
         )))
     }

@@ -31,9 +31,10 @@ pub struct RanksModel {
     pub lag_step_us: f64,
 }
 
-/// The default cost of one host exchange round (µs): a guess at a condition-variable hand-off
-/// between threads, to be replaced by a device run's measured `exchange_us`.
-pub const DEFAULT_EXCHANGE_US: f64 = 30.0;
+/// The default cost of one host exchange round (µs): the medians measured on one H200 with
+/// `--devices 1` were 3.2-5.8 µs (docs/gpu.md, "Several devices"); NCCL over several devices
+/// is unmeasured.
+pub const DEFAULT_EXCHANGE_US: f64 = 4.0;
 
 /// The default delay per step of `message_lag` (µs), the same default as the GPU replay's.
 pub const DEFAULT_LAG_STEP_US: f64 = 100.0;
