@@ -7,6 +7,16 @@ use serde_json::Value;
 
 pub use kvsim_sim::api::{prefill_ops as prefill, tiny_scenario as scenario, token_ids as ids};
 
+/// Runs `kvsim ARGS` in-process: 0 on success, 1 on a failed check, the typed error otherwise
+/// (its `exit_code()` is what the binary would exit with).
+pub fn run_cli(args: &[&str]) -> Result<u8, kvsim_cli::cli::CliError> {
+    use clap::Parser;
+    let mut argv = vec!["kvsim"];
+    argv.extend_from_slice(args);
+    let cli = kvsim_cli::cli::Cli::try_parse_from(argv).map_err(|e| kvsim_cli::cli::CliError::Input(e.to_string()))?;
+    kvsim_cli::cli::run(cli).map(|code| if code == std::process::ExitCode::SUCCESS { 0 } else { 1 })
+}
+
 /// A plan from a scenario and `[step, rank, [ops...]]` triples.
 pub fn plan(scenario: Value, steps: Vec<(u64, u32, Vec<Value>)>) -> Value {
     steps

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 
 use approx::assert_abs_diff_eq;
 
-use clap::Parser;
-use kvsim_cli::cli::{run, Cli, CliError};
 use kvsim_core::fpm::gate::Strategy;
 use kvsim_core::fpm::scenarios::find_scenario;
 use kvsim_core::plan::Plan;
@@ -20,6 +18,7 @@ use kvsim_sim::cost::{
 };
 use kvsim_sim::exec::plan_hash;
 use kvsim_sim::sweep::run_sweep;
+use kvsim_tests::run_cli as kvsim;
 use kvsim_tests::schema::{assert_valid, assert_valid_file, closed_and_typed};
 use serde_json::{json, Value};
 
@@ -27,13 +26,6 @@ fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvsim-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
-}
-
-fn kvsim(args: &[&str]) -> Result<u8, CliError> {
-    let mut argv = vec!["kvsim"];
-    argv.extend_from_slice(args);
-    let cli = Cli::try_parse_from(argv).map_err(|e| CliError::Input(e.to_string()))?;
-    run(cli).map(|code| if code == std::process::ExitCode::SUCCESS { 0 } else { 1 })
 }
 
 fn sweep_plan(name: &str) -> Plan {

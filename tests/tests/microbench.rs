@@ -6,8 +6,6 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use clap::Parser;
-use kvsim_cli::cli::{run, Cli, CliError};
 use kvsim_core::fpm::planner;
 use kvsim_core::fpm::sweep::{load_plan_checked, SweepOptions};
 use kvsim_sim::cost::desc::OpDesc;
@@ -16,14 +14,8 @@ use kvsim_sim::cost::microbench::suite;
 use kvsim_sim::cost::{describe_plan, Profile, RunOptions};
 use kvsim_sim::exec::{plan_hash, run_plan, Outcome};
 use kvsim_sim::sweep::run_sweep_checked;
+use kvsim_tests::run_cli as kvsim;
 use serde_json::Value;
-
-fn kvsim(args: &[&str]) -> Result<u8, CliError> {
-    let mut argv = vec!["kvsim"];
-    argv.extend_from_slice(args);
-    let cli = Cli::try_parse_from(argv).map_err(|e| CliError::Input(e.to_string()))?;
-    run(cli).map(|code| if code == std::process::ExitCode::SUCCESS { 0 } else { 1 })
-}
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kvsim-microbench-{}-{name}", std::process::id()))

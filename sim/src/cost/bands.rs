@@ -131,7 +131,7 @@ fn class(kind: &str, decode_only: bool) -> String {
 }
 
 /// The nearest-rank `q` quantile of `xs` (not empty).
-fn quantile(mut xs: Vec<f64>, q: f64) -> f64 {
+pub(crate) fn quantile(mut xs: Vec<f64>, q: f64) -> f64 {
     xs.sort_by(f64::total_cmp);
     let rank = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
     xs[rank - 1]

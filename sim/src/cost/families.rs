@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::bands::quantile;
 use super::desc::{Family, OpDesc};
 use super::fit::{Row, RowKind, Sample};
 
@@ -48,12 +49,6 @@ pub fn op_family(op: &OpDesc) -> Option<String> {
     })
 }
 
-/// The nearest-rank quantile `q` of sorted `xs` (not empty).
-fn nearest_rank(xs: &[f64], q: f64) -> f64 {
-    let rank = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
-    xs[rank - 1]
-}
-
 /// Residuals per family over the op rows of `rows` (the fitted rows of `samples`).
 pub fn family_residuals(samples: &[Sample], rows: &[Row]) -> Vec<FamilyResidual> {
     let mut errors: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -71,16 +66,14 @@ pub fn family_residuals(samples: &[Sample], rows: &[Row]) -> Vec<FamilyResidual>
     }
     errors
         .into_iter()
-        .map(|(family, mut e)| {
-            e.sort_by(f64::total_cmp);
-            let mut abs: Vec<f64> = e.iter().map(|x| x.abs()).collect();
-            abs.sort_by(f64::total_cmp);
+        .map(|(family, e)| {
+            let abs: Vec<f64> = e.iter().map(|x| x.abs()).collect();
             FamilyResidual {
                 family,
                 ops: e.len(),
                 mape_pct: abs.iter().sum::<f64>() / abs.len() as f64,
-                median_error_pct: nearest_rank(&e, 0.5),
-                p90_abs_error_pct: nearest_rank(&abs, 0.9),
+                median_error_pct: quantile(e, 0.5),
+                p90_abs_error_pct: quantile(abs, 0.9),
             }
         })
         .collect()

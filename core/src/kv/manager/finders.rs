@@ -28,30 +28,6 @@ pub fn empty_lists(lists: &mut Vec<Vec<u32>>, n: usize) {
     lists.resize_with(n, Vec::new);
 }
 
-/// Hit blocks for each of `groups` (jointly looked up) and the hit length in tokens.
-pub fn find_longest_cache_hit(
-    pool: &BlockPool,
-    hashes: &[BlockHash],
-    hash_block_size: u64,
-    max_length: u64,
-    groups: &[u32],
-    spec: GroupSpec,
-    alignment: u64,
-) -> (Vec<Vec<u32>>, u64) {
-    let mut out = Vec::new();
-    let len = find_longest_cache_hit_into(
-        pool,
-        hashes,
-        hash_block_size,
-        max_length,
-        groups,
-        spec,
-        alignment,
-        &mut out,
-    );
-    (out, len)
-}
-
 /// `find_longest_cache_hit` writing each group's hit blocks into `out` (one list
 /// per group, reused: a replay looks up once per admission and should not allocate
 /// afresh each time); returns the hit length in tokens.

@@ -9,7 +9,7 @@ mod finders;
 mod mamba;
 mod tables;
 
-pub use finders::{empty_lists, find_longest_cache_hit, find_longest_cache_hit_into};
+pub use finders::{empty_lists, find_longest_cache_hit_into};
 use tables::Tables;
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
