@@ -137,8 +137,13 @@ pub(crate) fn quantile(mut xs: Vec<f64>, q: f64) -> f64 {
     xs[rank - 1]
 }
 
-/// The bands of `rows` (the fitted rows of `samples` under `params`) at quantile `q`.
+/// The bands of `rows` (the fitted rows of `samples` under `params`) at quantile `q`. Bands
+/// describe plain runs, what `predict` predicts by default: a per-op run's steps and windows
+/// carry its events' host cost, so they count only when no plain run was fitted.
 pub fn bands(samples: &[Sample], rows: &[Row], params: &Params, q: f64) -> BTreeMap<String, Band> {
+    let any_plain = rows
+        .iter()
+        .any(|r| r.kind != RowKind::Op && !samples[r.sample].shape.time_ops);
     let mut by_class: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let windows: Vec<BTreeMap<u64, bool>> = samples
         .iter()
@@ -156,6 +161,9 @@ pub fn bands(samples: &[Sample], rows: &[Row], params: &Params, q: f64) -> BTree
         })
         .collect();
     for r in rows {
+        if any_plain && samples[r.sample].shape.time_ops {
+            continue;
+        }
         let err = 100.0 * (r.lin.value - r.measured_ns).abs() / r.measured_ns;
         let (kind, decode) = match r.kind {
             RowKind::Step => ("step", samples[r.sample].steps[r.at.0].decode_only),
@@ -324,6 +332,39 @@ mod tests {
         assert_eq!(quantile(xs.clone(), 0.9), 9.0);
         assert_eq!(quantile(xs.clone(), 0.95), 10.0);
         assert_eq!(quantile(xs, 0.0), 1.0);
+    }
+
+    /// A per-op run's steps (slowed by its events) widen no band when plain runs were fitted.
+    #[test]
+    fn bands_come_from_plain_runs_when_there_are_any() {
+        use crate::cost::fit::{rows, Measured, Sample};
+        use crate::cost::model::{simulate, HostWork, RunShape};
+        let params = Params::h200();
+        let steps: Vec<StepDesc> = (1..=8).map(|i| decode("attn_mma_d128_h4", i, 512)).collect();
+        let sample = |time_ops: bool, off: f64| {
+            let shape = RunShape {
+                time_ops,
+                sync_windows: true,
+                host_work: HostWork::Predicted,
+            };
+            let t = simulate(&steps, &params, shape);
+            Sample {
+                name: format!("time_ops {time_ops}"),
+                steps: steps.clone(),
+                shape,
+                measured: Measured {
+                    steps: t.steps.iter().map(|l| Some(l.value * off)).collect(),
+                    ..Default::default()
+                },
+            }
+        };
+        let both = [sample(false, 1.02), sample(true, 2.0)];
+        let b = bands(&both, &rows(&both, &params), &params, 0.9);
+        assert!((b["step decode"].pct - 100.0 * 0.02 / 1.02).abs() < 1e-6, "{b:?}");
+        assert_eq!(b["step decode"].rows, 8);
+        let alone = [sample(true, 2.0)];
+        let b = bands(&alone, &rows(&alone, &params), &params, 0.9);
+        assert!((b["step decode"].pct - 50.0).abs() < 1e-6, "{b:?}");
     }
 
     #[test]

@@ -57,7 +57,8 @@ mod ix {
     pub const LATENT_MMA_ITER: usize = 33;
     pub const WRITE_LATENT_ELEM: usize = 34;
     pub const STATE_TOKEN: usize = 35;
-    pub const COUNT: usize = 36;
+    pub const OP_GAP: usize = 36;
+    pub const COUNT: usize = 37;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -373,12 +374,19 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                 OpDesc::HostWork { .. } => host.add(&host_work(op, &p, shape.host_work)),
                 _ => {
                     let timed = shape.time_ops && op.timing_kind().is_some();
-                    let mut before = None;
                     if timed {
                         host.add_term(&p, ix::HOST_EVENT, 1.0);
-                        before = Some(Lin::max(&dev, &host));
                     }
+                    // What the op's own events measure: its kernels' device time plus, per
+                    // kernel, the gap the events open (measured on the H200: a lone tiny op reads
+                    // 4-5 us between its events while the host spends 8-9 us issuing it, so the
+                    // host's issue cost does not enter; docs/timing.md, "Per-op and plain runs").
+                    let mut own = Lin::zero();
                     for k in kernel_times(op, &p) {
+                        if timed {
+                            own.add(&k);
+                            own.add_term(&p, ix::OP_GAP, 1.0);
+                        }
                         host.add_term(&p, ix::HOST_LAUNCH, 1.0);
                         let waited = std::mem::take(&mut wake);
                         if waited > WAKE_AFTER_NS {
@@ -390,13 +398,12 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                         dev = Lin::max(&dev, &host);
                         dev.add(&k);
                     }
-                    if let Some(b) = before {
+                    if timed {
                         host.add_term(&p, ix::HOST_EVENT, 1.0);
-                        let after = Lin::max(&dev, &host);
                         out.ops.push(OpTime {
                             step: si,
                             op: oi,
-                            device: after.sub(&b),
+                            device: own,
                         });
                     }
                 }
@@ -440,6 +447,7 @@ mod tests {
             (ix::ATTN_SPLIT, "attn_split_ns"),
             (ix::WRITE_LATENT_ELEM, "write_latent_elem_ns"),
             (ix::STATE_TOKEN, "state_token_ns"),
+            (ix::OP_GAP, "op_event_gap_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -564,5 +572,41 @@ mod tests {
         );
         // The window includes the host work (the device idles while the host spins).
         assert!(t.windows[0].device.value > 7000.0 + d);
+    }
+
+    /// Per-op timing measures an op's own kernels plus one event gap per kernel: never the
+    /// host's issue cost (plain runs carry that), and the gap is in no plain step.
+    #[test]
+    fn an_op_timed_alone_is_its_kernels_plus_the_event_gap() {
+        let write = OpDesc::WriteKv {
+            group: 0,
+            rows: 8,
+            elems: 8 * 1024,
+            latent: false,
+        };
+        let mut params = Params::h200();
+        params.host_launch_ns = 50_000.0;
+        let p = params.to_vec();
+        let kernels: f64 = kernel_times(&write, &p).iter().map(|k| k.value).sum();
+        let timed = |op_event_gap_ns: f64, time_ops: bool| {
+            let params = Params {
+                op_event_gap_ns,
+                ..params.clone()
+            };
+            let shape = RunShape {
+                time_ops,
+                sync_windows: false,
+                host_work: HostWork::Predicted,
+            };
+            simulate(&[step(vec![write.clone()])], &params, shape)
+        };
+        let t = timed(1500.0, true);
+        assert_eq!(t.ops.len(), 1);
+        assert!((t.ops[0].device.value - (kernels + 1500.0)).abs() < 1e-6);
+        assert_eq!(t.ops[0].device.coef[ix::OP_GAP], 1.0);
+        assert_eq!(t.ops[0].device.coef[ix::HOST_LAUNCH], 0.0);
+        let plain = |gap| timed(gap, false).steps[0].value;
+        assert_eq!(plain(0.0), plain(1500.0));
+        assert!(timed(1500.0, false).ops.is_empty());
     }
 }

@@ -129,6 +129,11 @@ params! {
     /// `state_update`: per token one thread walks (its fixed part: the token's inputs and the
     /// step's synchronisation), times the waves.
     state_token_ns = 30.0,
+    /// Per-op timing (`--time-ops`) only: device time an op's own pair of events measures per
+    /// kernel beyond the kernel's work (the gap between an event and the launch it brackets).
+    /// Plain runs never carry it, so the fixed costs of kernels queued back to back stay the
+    /// plain runs' to fit.
+    op_event_gap_ns = 1500.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -263,9 +268,10 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 ];
 
 /// Parameters added after files were written whose term those files did not have: a file
-/// without one loads with 0 and predicts as it did (issue 21's microbenchmarks added the
-/// state update's per-token term).
-pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns"];
+/// without one loads with 0 and keeps its hash (issue 21's microbenchmarks added the state
+/// update's per-token term, with which such a file predicts as it did, and the per-op event gap:
+/// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap).
+pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns", "op_event_gap_ns"];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
