@@ -6,7 +6,7 @@
 //! JSON before its clock starts: here only reading the files happens before
 //! the clock. kvsim's compile (the trace text parsed and compiled into ops in
 //! one pass, fields checked, ids interned) is timed on its own as
-//! `compile_ops_per_sec`; until 2026-12-04 serde_json parsed the text before
+//! `compile_ops_per_sec`; until 2026-12-03 serde_json parsed the text before
 //! the clock and only compiling its tree was timed. Building each trace's
 //! model is timed on both sides (kvsim builds each one in the storage the
 //! previous trace's model left, reset to a fresh model). After one untimed
