@@ -2,16 +2,18 @@
 //! report ops/s, through the model alone and with observation lines.
 //! Wall-clock time is measured here and only here: it never reaches a trace.
 //!
-//! Measured like vLLM's side (`conformance/bench_manager.py`): JSON is parsed
-//! before the clock starts, and so are kvsim's compiled ops (fields checked,
-//! ids interned), whose cost is reported on its own as `compile_ops_per_sec`;
-//! building each trace's model is timed on both sides (kvsim builds each one
-//! in the storage the previous trace's model left, reset to a fresh model).
-//! After one untimed warm-up pass, each rate is total ops over total time;
-//! `best_*` is the fastest single pass (the least disturbed by other load on
-//! the machine). Compiling is timed the same way (warm-up, then `repeat`
-//! passes, each compiling every trace afresh); before 2026-12-03 it was one
-//! cold pass.
+//! Measured like vLLM's side (`conformance/bench_manager.py`), which parses the
+//! JSON before its clock starts: here only reading the files happens before
+//! the clock. kvsim's compile (the trace text parsed and compiled into ops in
+//! one pass, fields checked, ids interned) is timed on its own as
+//! `compile_ops_per_sec`; until 2026-12-03 serde_json parsed the text before
+//! the clock and only compiling its tree was timed. Building each trace's
+//! model is timed on both sides (kvsim builds each one in the storage the
+//! previous trace's model left, reset to a fresh model). After one untimed
+//! warm-up pass, each rate is total ops over total time; `best_*` is the
+//! fastest single pass (the least disturbed by other load on the machine).
+//! Compiling is timed the same way (warm-up, then `repeat` passes, each
+//! compiling every trace afresh); before 2026-12-03 it was one cold pass.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,20 +51,22 @@ fn rate(repeat: u32, mut pass: impl FnMut() -> usize) -> (f64, f64, usize) {
 
 pub fn run(a: BenchArgs) -> Result<ExitCode, CliError> {
     let pairs = trace_pairs(&a.dir).map_err(|e| CliError::Input(format!("cannot list {}: {e}", a.dir.display())))?;
-    let mut values = Vec::with_capacity(pairs.len());
-    for (t, _) in &pairs {
-        let v: serde_json::Value =
-            serde_json::from_str(&read_file(t)?).map_err(|e| CliError::Input(format!("{}: {e}", t.display())))?;
-        values.push(v);
-    }
+    let texts = pairs
+        .iter()
+        .map(|(t, _)| read_file(t))
+        .collect::<Result<Vec<String>, _>>()?;
     let repeat = a.repeat.max(1);
     let compile_all = || {
-        values
+        texts
             .iter()
-            .map(kvtrace::compile)
+            .map(|t| kvtrace::compile_text(t))
             .collect::<Result<Vec<CompiledTrace>, _>>()
     };
-    let traces = compile_all().map_err(|e| CliError::Input(e.to_string()))?;
+    let traces = texts
+        .iter()
+        .zip(&pairs)
+        .map(|(text, (t, _))| kvtrace::compile_text(text).map_err(|e| CliError::Input(format!("{}: {e}", t.display()))))
+        .collect::<Result<Vec<CompiledTrace>, _>>()?;
     // Compiling is timed like the replays (warm-up, then `repeat` passes); each pass
     // compiles every trace afresh and drops the result.
     let (compile, _, _) = rate(repeat, || {

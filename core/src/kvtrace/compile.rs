@@ -12,16 +12,16 @@ use super::ops::{self, Fields, Key};
 #[derive(Clone, Copy, Debug)]
 /// 32-bit offsets keep `Op` small (40 bytes, not 72): a replay streams through the ops.
 pub struct Span {
-    start: u32,
-    len: u32,
+    pub(super) start: u32,
+    pub(super) len: u32,
 }
 
 /// A string (a salt, an op name, an error message) in `OpData::strings`.
 #[derive(Clone, Copy, Debug)]
-pub struct Str(u32);
+pub struct Str(pub(super) u32);
 
 /// A trace's token count or string count as an offset (traces are far smaller).
-fn offset(n: usize) -> u32 {
+pub(super) fn offset(n: usize) -> u32 {
     u32::try_from(n).expect("fewer than 2^32 tokens and strings per trace")
 }
 
@@ -34,8 +34,8 @@ pub type Checked<T> = Result<T, Str>;
 #[derive(Clone, Debug, Default)]
 pub struct OpData {
     pub ids: Ids,
-    tokens: Vec<u64>,
-    strings: Vec<String>,
+    pub(super) tokens: Vec<u64>,
+    pub(super) strings: Vec<String>,
 }
 
 impl OpData {
@@ -64,7 +64,7 @@ impl OpData {
         })
     }
 
-    fn string(&mut self, s: String) -> Str {
+    pub(super) fn string(&mut self, s: String) -> Str {
         self.strings.push(s);
         Str(offset(self.strings.len() - 1))
     }

@@ -34,27 +34,39 @@ impl ReplayStorage {
 /// A trace ready to replay, any number of times.
 pub struct CompiledTrace {
     /// The validated config, or the `ConfigError` line that refuses it.
-    config: Result<KvConfig, String>,
-    data: OpData,
-    ops: Vec<Op>,
+    pub(super) config: Result<KvConfig, String>,
+    pub(super) data: OpData,
+    pub(super) ops: Vec<Op>,
 }
 
 /// Check a parsed trace's shape and config and compile its ops.
 pub fn compile(v: &Value) -> Result<CompiledTrace, TraceError> {
     let (config, ops) = split_trace(v)?;
-    let mut data = OpData::default();
-    Ok(match parse_config(config) {
+    Ok(compile_parts(config, || {
+        let mut data = OpData::default();
+        let ops = ops.iter().map(|op| compile_op(op, &mut data)).collect();
+        (ops, data)
+    }))
+}
+
+/// A trace of `config` whose ops `ops` compiles (only once the config is valid:
+/// a refused trace has no ops).
+pub(super) fn compile_parts(config: &Value, ops: impl FnOnce() -> (Vec<Op>, OpData)) -> CompiledTrace {
+    match parse_config(config) {
         Err(e) => CompiledTrace {
             config: Err(config_error_line(&e.0)),
-            data,
+            data: OpData::default(),
             ops: Vec::new(),
         },
-        Ok(cfg) => CompiledTrace {
-            config: Ok(cfg),
-            ops: ops.iter().map(|op| compile_op(op, &mut data)).collect(),
-            data,
-        },
-    })
+        Ok(cfg) => {
+            let (ops, data) = ops();
+            CompiledTrace {
+                config: Ok(cfg),
+                ops,
+                data,
+            }
+        }
+    }
 }
 
 impl CompiledTrace {

@@ -60,6 +60,11 @@ impl Ids {
         .copied()
     }
 
+    /// Ids interned so far.
+    pub fn count(&self) -> usize {
+        self.spans.len()
+    }
+
     pub fn name(&self, k: u32) -> &str {
         &self.text[self.spans[k as usize].0.clone()]
     }

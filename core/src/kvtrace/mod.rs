@@ -14,10 +14,12 @@ mod observed;
 mod ops;
 mod replay;
 mod session;
+mod text;
 
 pub use compiled::{compile, CompiledTrace, ReplayStorage};
 pub use replay::{replay, replay_value, split_trace, Replay, ReplayEnd};
 pub use session::{Session, Step};
+pub use text::compile_text;
 
 /// A file that is not a kvtrace at all (exit code 2 at the CLI).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -47,7 +47,7 @@ pub struct Fields<'a>([Option<&'a Value>; KEYS.len()]);
 /// lengths that two keys share, the first byte) picks the one candidate, so each
 /// key costs one comparison with a literal, which the compiler inlines.
 #[inline]
-fn key_of(k: &str) -> Option<Key> {
+pub(super) fn key_of(k: &str) -> Option<Key> {
     let is = |name: &str, key: Key| (k == name).then_some(key);
     match (k.len(), k.as_bytes().first()) {
         (2, Some(b'o')) => is("op", Key::Op),
