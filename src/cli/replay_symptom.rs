@@ -140,7 +140,7 @@ pub fn symptom(
     // The prefill clause leads the line; the point's recorded time follows.
     let lead = prefill
         .as_ref()
-        .map_or(String::new(), |(_, t)| format!("{t}; the point's recorded time: "));
+        .map_or(String::new(), |(_, t)| format!("{t}; at the point, "));
     let with_prefill = |mut v: Value| {
         if let Some((p, _)) = &prefill {
             v["prefill"] = p.clone();

@@ -141,6 +141,20 @@ fn the_sweep_pair_lowers_and_the_poaching_prefill_computes_less() {
 }
 
 #[test]
+fn the_shrunk_plan_of_the_docs_still_lowers() {
+    // docs/gpu-mutant-replays/shared-salts.json ends at the poaching `schedule`: admitted now.
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/gpu-mutant-replays/shared-salts.json");
+    let plan = load(&p);
+    let (off, on) = (
+        lower_plan(&plan, &LowerOptions::default()).unwrap(),
+        lower_plan(&plan, &admitting()).unwrap(),
+    );
+    assert_eq!((&off.mismatch, &on.mismatch), (&None, &None));
+    assert_eq!(off.program, on.program, "no device work follows the finding");
+    assert_eq!(poach(&on).2, "p10.r0.s0");
+}
+
+#[test]
 fn the_case_pair_lowers_and_the_poaching_prefill_computes_less() {
     let (failing, fixed) = case_pair();
     let (a, b, _) = lowered_prefills(
@@ -149,12 +163,15 @@ fn the_case_pair_lowers_and_the_poaching_prefill_computes_less() {
         "synthetic KV for 102 tokens needs a freshly scheduled request",
     );
     // The case's poaching request is a fake decode: synthetic KV then its admission token.
+    // inkling-tp4, p4.r0.s0 (103 tokens): a 96-token hit leaves 6 of the 102 synthetic ones;
+    // its step's other three requests (no hit) compute 102 each.
     assert!(a[0].synthetic && b[0].synthetic, "{a:?} {b:?}");
-    assert!(a[0].tokens < b[0].tokens, "{a:?} {b:?}");
-    assert!(a[0].step_tokens < b[0].step_tokens, "{a:?} {b:?}");
     assert_eq!(
-        a.last().map(|c| c.tokens),
-        b.last().map(|c| c.tokens),
-        "the admission token"
+        (a[0].plan_step, a[0].start, a[0].tokens, a[0].step_tokens),
+        (20, 96, 6, 312)
     );
+    assert_eq!((b[0].tokens, b[0].step_tokens), (102, 408));
+    // The admission token (point 4's timed admission step) is the same in both.
+    assert_eq!((a[1].plan_step, a[1].start, a[1].tokens), (21, 102, 1));
+    assert_eq!((b[1].plan_step, b[1].start, b[1].tokens), (21, 102, 1));
 }

@@ -69,7 +69,7 @@ impl Engine {
         // Admitted with a poached hit (or after one): only what is left is computed (poach.rs).
         let planned = n;
         let n = self.poached_schedule(id, n, if poached { hit_tokens } else { 0 })?;
-        if n < planned && n == 0 {
+        if n == 0 && planned > 0 {
             out.result = format!("nothing left after a poached hit: computes 0 of {planned} planned tokens");
             return Ok(out);
         }
