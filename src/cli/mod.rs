@@ -17,6 +17,7 @@ mod predict_cmd;
 mod progress;
 mod replay_cmd;
 mod replay_gpu;
+mod replay_prefill;
 mod replay_ranks;
 mod replay_symptom;
 mod scenario_arg;

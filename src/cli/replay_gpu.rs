@@ -199,10 +199,13 @@ pub fn run(
             "--against runs on one device; leave out --devices".into(),
         ));
     }
-    // The benchmark records a steady window: compare every window of both plans.
+    // The benchmark records a steady window: compare every window of both plans. A poached
+    // prefix hit runs as vLLM would run it after the finding (admitted with the hit, computing
+    // the uncached rest; vllm_kv.md §6.4): no effect on a plan without that finding.
     let ro = &GpuReplayOptions {
         lowering: LowerOptions {
             every_window: ro.lowering.every_window || against.is_some(),
+            admit_poached_hits: true,
             ..ro.lowering.clone()
         },
         ..ro.clone()
@@ -276,10 +279,12 @@ pub fn run(
                 step: f.step,
                 detail: &f.detail,
             };
+            let prefills = poaching_prefills(f, (plan, &lowered), (fixed, &fl));
             Some(super::replay_symptom::symptom(
                 &finding,
                 (&lowered, &reports),
                 (&fl, &fr),
+                prefills.as_ref(),
             ))
         }
         (Some(_), Outcome::Passed) => return Err(CliError::Input(
@@ -360,6 +365,26 @@ pub fn run(
         )?,
     }
     Ok(ExitCode::from(1))
+}
+
+/// On a PL-NO-POACH finding: the poaching request (the finding's `schedule` op names it) and
+/// its prompt chunks in both lowered plans, from the finding's step on.
+fn poaching_prefills<'a>(
+    f: &'a kvsim_sim::exec::Finding,
+    failing: (&Plan, &LoweredPlan),
+    fixed: (&Plan, &LoweredPlan),
+) -> Option<super::replay_prefill::Prefills<'a>> {
+    if f.invariant.as_deref() != Some("PL-NO-POACH") {
+        return None;
+    }
+    let req = f.op.get("req")?.as_str()?;
+    let prompt = kvsim_core::device::prompt_len(failing.0, f.rank, req, f.step)?;
+    Some(super::replay_prefill::Prefills {
+        req,
+        prompt,
+        failing: failing.1.prompt_chunks(Some(failing.0), f.rank, req, f.step, prompt),
+        fixed: fixed.1.prompt_chunks(Some(fixed.0), f.rank, req, f.step, prompt),
+    })
 }
 
 /// Untimed warm-up runs, then the timed runs' reports.

@@ -4,10 +4,14 @@
 //! would keep for the point (dynamo_fpm.md §1.11: the upper median of two or more steady
 //! windows, the one steady window, or the admission window when no steady step ran), each
 //! window timed as the benchmark sees it (wall time from an idle device, `sync_windows`).
+//! On a PL-NO-POACH finding the poaching request's prefill is compared too
+//! (`replay_prefill.rs`): the benchmark times no prefill there, but the executor times every step.
 
 use kvsim_gpu::executor::ExecReport;
 use kvsim_gpu::LoweredPlan;
 use serde_json::{json, Value};
+
+use super::replay_prefill::Prefills;
 
 /// One timed window of one run.
 #[derive(Clone, Debug)]
@@ -124,28 +128,52 @@ pub struct SimFinding<'a> {
     pub detail: &'a str,
 }
 
-/// The measured symptom (JSON for the result, one line for the terminal).
+/// The measured symptom (JSON for the result, one line for the terminal). `prefills`: on a
+/// PL-NO-POACH finding, the poaching request's prefill in both plans.
 pub fn symptom(
     finding: &SimFinding<'_>,
     failing: (&LoweredPlan, &[ExecReport]),
     fixed: (&LoweredPlan, &[ExecReport]),
+    prefills: Option<&Prefills<'_>>,
 ) -> (Value, String) {
+    let prefill = prefills.map(|p| super::replay_prefill::compare(p, failing.1, fixed.1));
+    // The prefill clause leads the line; the point's recorded time follows.
+    let lead = prefill
+        .as_ref()
+        .map_or(String::new(), |(_, t)| format!("{t}; at the point, "));
+    let with_prefill = |mut v: Value| {
+        if let Some((p, _)) = &prefill {
+            v["prefill"] = p.clone();
+        }
+        v
+    };
     let ws = windows(failing.0, &failing.1[0]);
     let Some(point) = finding_point(finding.step, finding.detail, &ws) else {
         let line = format!(
             "symptom: none measurable: the failing plan times no window at or after step {} ({})",
             finding.step, finding.invariant
         );
-        return (json!({"point": null, "observed": false, "why": line}), line);
+        let v = with_prefill(json!({"point": null, "observed": false, "why": line}));
+        let line = match &prefill {
+            None => line,
+            Some((_, t)) => format!(
+                "symptom ({} at step {}): {t}; no point: the failing plan times no window at or after step {}",
+                finding.invariant, finding.step, finding.step
+            ),
+        };
+        return (v, line);
     };
     let a = over_runs(failing.0, failing.1, point);
     let b = over_runs(fixed.0, fixed.1, point);
     let (Some(a), Some(b)) = (a, b) else {
         let line = format!(
-            "symptom at point {point}: the {} plan times no window of it",
+            "symptom at point {point}: {lead}the {} plan times no window of it",
             if a.is_none() { "failing" } else { "fixed" }
         );
-        return (json!({"point": point, "observed": false, "why": line}), line);
+        return (
+            with_prefill(json!({"point": point, "observed": false, "why": line})),
+            line,
+        );
     };
     let recorded = Compared::of((a.0, a.1, a.2), (b.0, b.1, b.2));
     // The window the finding falls in, against the same window of the fixed plan: where a
@@ -171,7 +199,7 @@ pub fn symptom(
         None => String::new(),
     };
     let line = format!(
-        "symptom at point {point} ({} at step {}): recorded {:.1} µs ({}) vs {:.1} µs fixed ({}): {}{window_text}",
+        "symptom at point {point} ({} at step {}): {lead}recorded {:.1} µs ({}) vs {:.1} µs fixed ({}): {}{window_text}",
         finding.invariant,
         finding.step,
         a.0,
@@ -180,7 +208,7 @@ pub fn symptom(
         b.3,
         recorded.text(),
     );
-    let v = json!({
+    let v = with_prefill(json!({
         "point": point,
         "finding": {"invariant": finding.invariant, "step": finding.step, "detail": finding.detail},
         "failing": {"recorded_us": a.0, "range_us": [a.1, a.2], "how": a.3, "windows": a.4},
@@ -200,22 +228,22 @@ pub fn symptom(
             "spread_pct": c.spread,
             "observed": c.observed,
         })),
-    });
+    }));
     (v, line)
 }
 
 /// A failing and a fixed time (median, least, most over the runs) compared.
-struct Compared {
-    failing: (f64, f64, f64),
-    fixed: (f64, f64, f64),
-    diff: f64,
-    pct: f64,
-    spread: f64,
-    observed: bool,
+pub(super) struct Compared {
+    pub(super) failing: (f64, f64, f64),
+    pub(super) fixed: (f64, f64, f64),
+    pub(super) diff: f64,
+    pub(super) pct: f64,
+    pub(super) spread: f64,
+    pub(super) observed: bool,
 }
 
 impl Compared {
-    fn of(failing: (f64, f64, f64), fixed: (f64, f64, f64)) -> Self {
+    pub(super) fn of(failing: (f64, f64, f64), fixed: (f64, f64, f64)) -> Self {
         let diff = failing.0 - fixed.0;
         let base = fixed.0.max(1e-9);
         // Run-to-run range of either plan: a difference inside it is not a measured symptom.
@@ -230,7 +258,7 @@ impl Compared {
         }
     }
 
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         format!(
             "{:+.1} µs ({:+.1}%), run-to-run spread {:.1}%{}",
             self.diff,

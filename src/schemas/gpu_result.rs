@@ -123,6 +123,80 @@ pub struct Symptom {
     /// same window of the fixed plan.
     #[serde(default)]
     window: Option<SymptomWindow>,
+    /// On a PL-NO-POACH finding: the poaching request's prefill (lowered as vLLM would run it
+    /// after the finding) against the same request's prefill in the fixed plan.
+    #[serde(default)]
+    prefill: Option<SymptomPrefill>,
+}
+
+/// The poaching request's prompt chunks in both plans, each step timed by the executor.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SymptomPrefill {
+    request: String,
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    /// Prompt tokens the failing plan's request took from the prefix cache.
+    #[serde(default)]
+    hit_tokens: Option<u64>,
+    /// How the steps of the two plans are matched.
+    #[serde(default)]
+    matched_by: Option<String>,
+    #[serde(default)]
+    failing: Option<PrefillSide>,
+    #[serde(default)]
+    fixed: Option<PrefillSide>,
+    #[serde(default)]
+    difference_us: Option<f64>,
+    #[serde(default)]
+    difference_pct: Option<f64>,
+    /// The larger run-to-run range of the two, relative to the fixed plan's time.
+    #[serde(default)]
+    spread_pct: Option<f64>,
+    /// Whether the difference exceeds that spread.
+    observed: bool,
+    /// The finding's step alone (the first chunk in both plans).
+    #[serde(default)]
+    finding_step: Option<SymptomSteps>,
+    /// Plan steps of the failing prefill that lie in a timed window.
+    #[serde(default)]
+    timed_steps: Option<Vec<u64>>,
+    /// Why nothing could be measured.
+    #[serde(default)]
+    why: Option<String>,
+}
+
+/// One plan's prompt chunks of the poaching request.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct PrefillSide {
+    prompt_tokens_computed: u64,
+    /// The first position computed (the hit, in the failing plan).
+    first_position: u64,
+    /// Plan step of each chunk.
+    steps: Vec<u64>,
+    chunk_tokens: Vec<u64>,
+    /// New tokens of each chunk's whole step (every request of the batch).
+    step_tokens: Vec<u64>,
+    /// Chunks of synthetic KV (`fake_compute`), materialised as a prefill of the tokens.
+    synthetic: Vec<bool>,
+    /// Summed device time of the chunks' steps: median over the runs, then least and most.
+    us: f64,
+    range_us: [f64; 2],
+}
+
+/// Two plans' summed step times, over the timed runs.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SymptomSteps {
+    failing_us: f64,
+    failing_range_us: [f64; 2],
+    fixed_us: f64,
+    fixed_range_us: [f64; 2],
+    difference_us: f64,
+    difference_pct: f64,
+    spread_pct: f64,
+    observed: bool,
 }
 
 /// The finding's window in both plans, over the timed runs.

@@ -279,7 +279,7 @@ fn gpu_result_sample() -> Value {
         .1;
     let violation = json!({"step": 1, "rank": 0, "op_index": 3, "req": "r0", "group": 1, "block": 480,
         "position": 3568, "device_step": 1, "device_op": 4, "detail": "position 3568 reads stale content"});
-    json!({
+    let mut v = json!({
         "format": "kvsim-replay/1", "backend": "gpu", "plan_hash": sim["plan_hash"],
         "outcome": {"result": "violation", "first": violation},
         "device": {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "l2_bytes": 62914560,
@@ -310,7 +310,33 @@ fn gpu_result_sample() -> Value {
                 "rank_lag_us": [0.0, 100.0], "rank_wait_us": [110.0, 10.0], "skew_us": 100.0, "exchange_us": 10.0}],
             "totals": {"max_skew_us": 100.0, "max_skew_step": 0, "exchange_us_median": 10.0, "rank_wait_us": [110.0, 10.0]},
             "note": "n"},
-    })
+    });
+    v["symptom"] = symptom_sample();
+    v
+}
+
+/// `--against` on a PL-NO-POACH finding: the point's recorded time, its window and the
+/// poaching prefill.
+fn symptom_sample() -> Value {
+    json!({"point": 3, "finding": {"invariant": "PL-NO-POACH", "step": 18, "detail": "d"},
+        "failing": {"recorded_us": 40.0, "range_us": [39.0, 41.0], "how": "h", "windows": 3},
+        "fixed": {"recorded_us": 40.5, "range_us": [40.0, 41.0], "how": "h", "windows": 3},
+        "difference_us": -0.5, "difference_pct": -1.2, "spread_pct": 5.0, "observed": false,
+        "window": {"ordinal": 0, "failing_us": 50.0, "failing_range_us": [49.0, 51.0], "fixed_us": 50.0,
+            "fixed_range_us": [49.0, 51.0], "difference_us": 0.0, "difference_pct": 0.0, "spread_pct": 4.0,
+            "observed": false},
+        "prefill": {"request": "p3.r0.s0", "prompt_tokens": 4093, "hit_tokens": 112, "matched_by": "m",
+            "failing": {"prompt_tokens_computed": 3981, "first_position": 112, "steps": [18, 19],
+                "chunk_tokens": [2048, 1933], "step_tokens": [2048, 1933], "synthetic": [false, false],
+                "us": 780.0, "range_us": [779.0, 781.0]},
+            "fixed": {"prompt_tokens_computed": 4093, "first_position": 0, "steps": [18, 19],
+                "chunk_tokens": [2048, 2045], "step_tokens": [2048, 2045], "synthetic": [false, false],
+                "us": 800.0, "range_us": [799.0, 801.0]},
+            "difference_us": -20.0, "difference_pct": -2.5, "spread_pct": 0.3, "observed": true,
+            "finding_step": {"failing_us": 400.0, "failing_range_us": [399.0, 401.0], "fixed_us": 400.0,
+                "fixed_range_us": [399.0, 401.0], "difference_us": 0.0, "difference_pct": 0.0, "spread_pct": 0.5,
+                "observed": false},
+            "timed_steps": [19]}})
 }
 
 #[test]

@@ -17,8 +17,8 @@ pub mod ranks;
 pub use ids::{BlockId, GroupId, PointId, ReqId};
 pub use layout::{DeviceLayout, GroupKind, GroupLayout, MoeLayout};
 pub use lower_plan::{
-    lower_plan, lower_plan_timed, HostClock, LowerError, LowerOptions, LoweredPlan, MoeInput, NoClock, OpRef,
-    SyntheticKv,
+    lower_plan, lower_plan_timed, prompt_len, HostClock, LowerError, LowerOptions, LoweredPlan, MoeInput, NoClock,
+    OpRef, PromptChunk, SyntheticKv,
 };
 pub use program::{
     BlockCopy, DecodeOp, DecodeSeq, GpuOp, GpuProgram, GpuStep, GroupTable, MoeOp, PrefillOp, StateUpdateOp,

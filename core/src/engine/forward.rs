@@ -47,6 +47,8 @@ impl Engine {
             }
         }
         for e in batch {
+            // The planned count, cut for a request admitted with a poached hit (poach.rs).
+            let n = self.forward_tokens(e);
             // Under async scheduling a sampled token not yet processed is already on
             // the device: the forward writes its KV (outputs land in step order).
             let in_flight: Vec<u64> = self
@@ -57,14 +59,16 @@ impl Engine {
                 .collect();
             let r = self.requests.get_mut(&e.req).expect("checked above");
             let c = r.req.num_computed_tokens;
-            let end = c.saturating_add(e.tokens);
+            let end = c.saturating_add(n);
             if end > r.req.num_tokens() + r.req.num_output_placeholders {
                 return Err(Mismatch(format!("forward of {} past its known tokens", e.req)));
             }
             let tables = self.kv.get_block_ids(r.req.id);
             let mut tokens = r.req.tokens.clone();
             tokens.extend(in_flight);
-            for (g, &(kind, bs)) in groups.iter().enumerate() {
+            // A chunk its poached hit covered whole reads and writes nothing (poach.rs).
+            let covered = n == 0 && e.tokens > 0;
+            for (g, &(kind, bs)) in groups.iter().enumerate().filter(|_| !covered) {
                 let table = &tables[g];
                 if let GroupKind::Mamba { .. } = kind {
                     if c > 0 {
@@ -152,13 +156,13 @@ impl Engine {
                 // flight, and vLLM frees out-of-window blocks only below the
                 // processed tokens (vllm_kv.md, skipped-block freeing).
                 r.req.num_output_placeholders += e.output.len() as u64;
-                r.req.num_in_flight_tokens += e.tokens;
+                r.req.num_in_flight_tokens += n;
                 self.pending_outputs.push(PendingOutput {
                     step_seq: self.step_seq,
                     land_seq: self.step_seq + self.output_delay,
                     req: e.req.clone(),
                     tokens: e.output.clone(),
-                    scheduled: e.tokens,
+                    scheduled: n,
                 });
             } else if !e.output.is_empty() {
                 r.req.append_output(&e.output);
@@ -194,8 +198,11 @@ impl Engine {
             .requests
             .get_mut(id)
             .ok_or_else(|| Mismatch(format!("fake compute of unknown request {id}")))?;
-        if r.req.status != RequestStatus::Running || r.req.num_computed_tokens != 0 || n == 0 || n > r.req.num_tokens()
-        {
+        // Fresh: nothing computed, or (admitted with a poached hit, poach.rs) only the hit,
+        // whose shared blocks keep what they hold: the synthetic KV covers the rest.
+        let from = r.req.num_computed_tokens;
+        let fresh = from == 0 || (r.poached_tokens > 0 && from == r.hit_tokens);
+        if r.req.status != RequestStatus::Running || !fresh || n <= from || n > r.req.num_tokens() {
             return Err(Mismatch(format!(
                 "{id}: synthetic KV for {n} tokens needs a freshly scheduled request"
             )));
@@ -204,7 +211,7 @@ impl Engine {
         for (g, &(kind, bs)) in groups.iter().enumerate() {
             let blocks: Vec<usize> = match kind {
                 GroupKind::Mamba { .. } => vec![Self::state_index(kind, bs, n)],
-                _ => (0..n.div_ceil(bs) as usize).collect(),
+                _ => ((from / bs) as usize..n.div_ceil(bs) as usize).collect(),
             };
             for i in blocks {
                 match tables[g].get(i) {

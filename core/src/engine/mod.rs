@@ -13,6 +13,7 @@ pub mod content;
 mod faults;
 mod forward;
 mod lifecycle;
+mod poach;
 mod points;
 mod recorded;
 mod schedule;
@@ -35,6 +36,9 @@ pub struct EngineReq {
     pub req: Request,
     /// Prefix-cache hit tokens at admission.
     pub hit_tokens: u64,
+    /// Of those, the tokens of a hit the plan did not expect (PL-NO-POACH) that the engine
+    /// admitted anyway, as vLLM would ([`Engine::admit_poached_hits`]); 0 otherwise.
+    pub poached_tokens: u64,
     /// For a shadow: the chain it borrows from, and the context it was cut at.
     pub shadow_of: Option<(String, u64)>,
     /// Per group: prefix hashes at the group's block size (content tags).
@@ -146,6 +150,12 @@ pub struct Engine {
     pub coordinates: BTreeMap<u64, PointCoordinate>,
     /// A deliberate bug switched on (`--mutant`).
     pub mutant: Option<Mutant>,
+    /// Off (the default, and always in `kvsim check`, `sweep` and `replay`): a PL-NO-POACH
+    /// finding stops its `schedule` (result "poached"), so the request is not scheduled. On: the
+    /// finding is still reported, then the request is admitted with its hit and computes only
+    /// the uncached rest of its prompt, as vLLM would (`engine/poach.rs`). The GPU lowering of
+    /// a flagged plan turns it on to run what vLLM would run after the finding.
+    pub admit_poached_hits: bool,
 }
 
 impl Engine {
@@ -193,6 +203,7 @@ impl Engine {
             events: BTreeMap::new(),
             coordinates: BTreeMap::new(),
             mutant,
+            admit_poached_hits: false,
         })
     }
 
@@ -257,6 +268,7 @@ impl Engine {
             synthetic_upto: 0,
             random_state_at: None,
             hit_tokens: 0,
+            poached_tokens: 0,
             point_request: self.inject_seq == Some(self.step_seq),
         }
     }

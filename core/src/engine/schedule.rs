@@ -57,14 +57,23 @@ impl Engine {
         let hit_tokens = hits.as_ref().map_or(0, |h| h.num_computed_tokens);
         let reasked = hits.as_ref().is_some_and(|h| h.fixed_point_reasked);
         let mut out = OpOutcome::default();
-        if out.check(PlannerEvent::PrefixHit {
+        let poached = out.check(PlannerEvent::PrefixHit {
             req: id,
             hit_tokens,
             expects_hit: expect.hit_tokens.is_some(),
-        }) {
+        });
+        if poached && !self.admit_poached_hits {
             out.result = "poached".into();
             return Ok(out);
         }
+        // Admitted with a poached hit (or after one): only what is left is computed (poach.rs).
+        let planned = n;
+        let n = self.poached_schedule(id, n, if poached { hit_tokens } else { 0 })?;
+        if n == 0 && planned > 0 {
+            out.result = format!("nothing left after a poached hit: computes 0 of {planned} planned tokens");
+            return Ok(out);
+        }
+        let r = self.req(id)?;
         if r.req.num_computed_tokens.saturating_add(hit_tokens).saturating_add(n)
             > r.req.num_tokens() + r.req.num_output_placeholders
         {
@@ -131,6 +140,9 @@ impl Engine {
         let r = self.requests.get_mut(id).expect("checked");
         r.req.num_computed_tokens += hit_tokens;
         r.hit_tokens += hit_tokens;
+        if poached {
+            r.poached_tokens += hit_tokens;
+        }
         r.req.status = RequestStatus::Running;
         let tables = self.kv.get_block_ids(r.req.id);
         if let Some(t) = &expect.tables {
@@ -140,7 +152,11 @@ impl Engine {
                 )));
             }
         }
-        out.result = format!("hit {hit_tokens} tables {tables:?}");
+        out.result = if poached {
+            format!("poached hit {hit_tokens} admitted as vLLM would: computes {n} of {planned} planned tokens, tables {tables:?}")
+        } else {
+            format!("hit {hit_tokens} tables {tables:?}")
+        };
         if admitting {
             self.slots_check(&mut out);
         }

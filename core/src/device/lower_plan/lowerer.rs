@@ -106,7 +106,15 @@ impl Lowerer<'_> {
                 tokens.extend(p.tokens.iter().map(|&t| tok32(t)));
             }
             let computed = r.req.num_computed_tokens;
-            let end = computed + entry.tokens;
+            // What the engine computes: the plan's count, cut after a poached hit.
+            let end = computed + e.forward_tokens(entry);
+            if end == computed && entry.tokens > 0 {
+                self.notes.push(format!(
+                    "step {} rank {rank}: {}'s {} planned tokens are all in its poached prefix hit: it computes nothing here \
+                     (vLLM would have ended its prefill a step earlier)",
+                    self.at.step, entry.req, entry.tokens
+                ));
+            }
             if (tokens.len() as u64) < end {
                 self.notes.push(format!(
                     "step {} rank {rank}: {} computes positions up to {end} but only {} tokens are known; the rest use token {}",

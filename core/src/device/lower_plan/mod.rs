@@ -35,6 +35,7 @@
 //! last wrote it, the lowering zeroes the stale copy in the other group's pool first, and plan
 //! `zero_blocks` also clears the copy of the group that last wrote the block (the simulator's
 //! content map is per block id).
+mod chunks;
 mod layout_of;
 mod lowerer;
 #[cfg(test)]
@@ -47,6 +48,7 @@ use crate::engine::{Engine, Mismatch, OpOutcome};
 use crate::plan::{Plan, PlanOp};
 use lowerer::{EntryIn, Lowerer};
 
+pub use chunks::{prompt_len, PromptChunk};
 pub use layout_of::device_layout;
 
 /// What synthetic ("fake") KV (`fake_compute`) holds on the device.
@@ -92,6 +94,11 @@ pub struct LowerOptions {
     /// Time every window of a point (its admission and steady steps), not only its first: what
     /// `replay --against` compares, the benchmark's recorded sample being a steady one.
     pub every_window: bool,
+    /// Lower a poached prefix hit (PL-NO-POACH) as vLLM would run it after the finding: the
+    /// request admitted with the hit computes only the uncached rest of its prompt
+    /// ([`Engine::admit_poached_hits`]). Off, the lowering stops there with a plan mismatch (the
+    /// simulator leaves the request unscheduled). No effect on plans without that finding.
+    pub admit_poached_hits: bool,
 }
 
 impl Default for LowerOptions {
@@ -104,6 +111,7 @@ impl Default for LowerOptions {
             synthetic_kv: SyntheticKv::Tokens,
             every_window: false,
             moe_input: MoeInput::Token,
+            admit_poached_hits: false,
         }
     }
 }
@@ -275,6 +283,9 @@ pub fn lower_plan_timed(
         .map(|r| Engine::new(s, r))
         .collect::<Result<_, _>>()
         .map_err(|m| LowerError::Engine(m.0))?;
+    for e in &mut engines {
+        e.admit_poached_hits = opts.admit_poached_hits;
+    }
     let mut lowering = Lowering {
         lw: Lowerer::new(plan, opts, layout.clone(), notes),
         clock,
@@ -321,12 +332,14 @@ impl Observer for Lowering<'_, '_> {
             // if prefilled from the request's own tokens, so replays of plans with
             // capacity fallbacks verify; `SyntheticKv::Zero` zeroes it instead (issue 8's
             // content-sensitivity experiment, docs/timing.md).
+            // Synthetic KV covers positions up to `tokens`: from 0, or after a poached hit
+            // from the hit on (the engine's `fake_compute`).
             PlanOp::FakeCompute { req, tokens } => self.lw.capture_forward(
                 at.rank,
                 e,
                 &[crate::plan::BatchEntry {
                     req: req.clone(),
-                    tokens: *tokens,
+                    tokens: tokens.saturating_sub(e.requests.get(req).map_or(0, |r| r.req.num_computed_tokens)),
                     output: Vec::new(),
                 }],
             ),
@@ -348,13 +361,21 @@ impl Observer for Lowering<'_, '_> {
                 }
                 return Flow::Stop;
             }
-            Ok(out) => self
-                .sim_violations
-                .extend(out.violations.into_iter().map(|v| SimFinding {
-                    at: lw.at,
-                    invariant: v.id.to_string(),
-                    detail: v.detail,
-                })),
+            Ok(out) => {
+                for v in out.violations {
+                    if v.id == crate::invariants::InvariantId::PlNoPoach && lw.opts.admit_poached_hits {
+                        lw.notes.push(format!(
+                            "step {} rank {}: {}: admitted with the hit, as vLLM would; it computes only the uncached rest of its prompt",
+                            lw.at.step, lw.at.rank, v.detail
+                        ));
+                    }
+                    self.sim_violations.push(SimFinding {
+                        at: lw.at,
+                        invariant: v.id.to_string(),
+                        detail: v.detail,
+                    });
+                }
+            }
         }
         let entries = std::mem::take(&mut self.entries);
         lw.lower_op(at.rank, op, &entries, self.steps.len(), host_ns);
