@@ -311,25 +311,29 @@ impl BlockPool {
             self.set_primary(id, None);
             removed |= self.pop_key(tag.key, id);
         }
-        if let Some(secondary) = self.secondary.remove(&id) {
-            for key in secondary {
-                removed |= self.pop_key(key, id);
+        // Secondary keys are rare: an empty map is not probed.
+        if !self.secondary.is_empty() {
+            if let Some(secondary) = self.secondary.remove(&id) {
+                for key in secondary {
+                    removed |= self.pop_key(key, id);
+                }
             }
         }
         removed
     }
 
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
-        let Some(ids) = self.cached.get_mut(&key) else {
+        // One probe finds the entry and, when its last block goes, removes it.
+        let Entry::Occupied(mut e) = self.cached.entry(key) else {
             return false;
         };
-        if !ids.remove(id) {
+        if !e.get_mut().remove(id) {
             return false;
         }
-        self.changes.key(key);
-        if ids.is_empty() {
-            self.cached.remove(&key);
+        if e.get().is_empty() {
+            e.remove();
         }
+        self.changes.key(key);
         self.hash_version += 1;
         true
     }
@@ -424,7 +428,18 @@ impl BlockPool {
             }
             self.evict_cached_block(id);
         }
-        self.insert_block_hash(key, id, num_tokens);
+        // The block has no primary now: `insert_block_hash` without its checks for one.
+        match self.cached.entry(key) {
+            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
+            Entry::Occupied(_) => return Ok(()),
+            Entry::Vacant(e) => {
+                e.insert(KeyBlocks::one(id));
+            }
+        }
+        self.hash_version += 1;
+        self.changes.block(id);
+        self.changes.key(key);
+        self.set_primary(id, Some(BlockHashTag { key, num_tokens }));
         Ok(())
     }
 

@@ -82,7 +82,8 @@ impl Coordinator {
     }
 
     /// The longest prefix every group can take from the cache (§4); each group's hit
-    /// blocks go to `blocks` (one list per group, reused).
+    /// blocks go to `blocks` (one list per group, reused); `scratch` holds lists
+    /// the hybrid lookup works in, kept by the caller for their storage.
     pub fn find_longest_cache_hit(
         &self,
         pool: &BlockPool,
@@ -90,6 +91,7 @@ impl Coordinator {
         hashes: &[BlockHash],
         max_length: u64,
         blocks: &mut Vec<Vec<u32>>,
+        scratch: &mut Vec<Vec<u32>>,
     ) -> CacheHit {
         let n = managers.len();
         match self.kind {
@@ -119,7 +121,7 @@ impl Coordinator {
                     fixed_point_reasked: false,
                 }
             }
-            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length, blocks),
+            CoordinatorKind::Hybrid => self.hybrid_hit(pool, n, hashes, max_length, blocks, scratch),
         }
     }
 
@@ -130,6 +132,7 @@ impl Coordinator {
         hashes: &[BlockHash],
         max_length: u64,
         out: &mut Vec<Vec<u32>>,
+        answer: &mut Vec<Vec<u32>>,
     ) -> CacheHit {
         let align = self.scheduler_block_size;
         let mut hit_length = max_length;
@@ -137,8 +140,14 @@ impl Coordinator {
         empty_lists(out, n);
         // Per group: the length of its last answer (`None` before it has one); its
         // blocks are then in `out`. `answer` is the finder's scratch, swapped into `out`.
-        let mut lengths: Vec<Option<u64>> = vec![None; n];
-        let mut answer: Vec<Vec<u32>> = Vec::new();
+        // On the stack for the usual few groups.
+        let (mut stack, mut heap) = ([None; 8], Vec::new());
+        let lengths: &mut [Option<u64>] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, None);
+            &mut heap
+        };
         let simple = self.spec_groups.len() == 2 && self.spec_groups[0].spec.kind.is_full_attention_spec();
         let mut reasked = false;
         loop {
@@ -158,7 +167,7 @@ impl Coordinator {
                     &sg.group_ids,
                     sg.spec,
                     align,
-                    &mut answer,
+                    answer,
                 );
                 curr = len;
                 for (gid, b) in sg.group_ids.iter().zip(answer.iter_mut()) {

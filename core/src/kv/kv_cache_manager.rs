@@ -9,7 +9,7 @@ use super::request::{ReqId, Request, RequestStatus};
 use super::spec::{ConfigError, CoordinatorKind, KvConfig};
 
 /// The result of `get_computed_blocks`: per-group hit blocks and token counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct ComputedBlocks {
     /// Hit blocks per group.
     pub blocks: Vec<Vec<u32>>,
@@ -20,7 +20,27 @@ pub struct ComputedBlocks {
     /// The hybrid fixed point re-asked a group at a shorter length (`CacheHit`); never
     /// observed, a coverage fact only.
     pub fixed_point_reasked: bool,
+    /// Lists a hybrid lookup works in, kept for their storage (not part of the result).
+    scratch: Vec<Vec<u32>>,
 }
+
+impl PartialEq for ComputedBlocks {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.blocks,
+            self.num_computed_tokens,
+            self.shared_prefix_boundary,
+            self.fixed_point_reasked,
+        ) == (
+            &other.blocks,
+            other.num_computed_tokens,
+            other.shared_prefix_boundary,
+            other.fixed_point_reasked,
+        )
+    }
+}
+
+impl Eq for ComputedBlocks {}
 
 impl ComputedBlocks {
     /// vLLM returns its empty singleton when every group is empty; only a
@@ -60,6 +80,9 @@ pub struct KvCacheManager {
     pub coordinator: Coordinator,
     /// A deliberate slip (issue 19), off in every real run.
     slip: Option<super::ManagerSlip>,
+    /// Group managers a `reset_to` with fewer groups set aside, kept for their storage
+    /// (tables, maps) so that a later reset with more groups does not regrow it.
+    spare_groups: Vec<GroupManager>,
 }
 
 impl KvCacheManager {
@@ -96,6 +119,7 @@ impl KvCacheManager {
             coordinator,
             config,
             slip: None,
+            spare_groups: Vec::new(),
         })
     }
 
@@ -112,9 +136,17 @@ impl KvCacheManager {
             config.hash_block_size(),
         );
         let align = self.coordinator.cache_hit_alignment(&config.groups);
-        self.groups.truncate(config.groups.len());
+        while self.groups.len() > config.groups.len() {
+            let m = self.groups.pop().expect("longer than the config's groups");
+            self.spare_groups.push(m);
+        }
         for (i, &g) in config.groups.iter().enumerate() {
             let cap = config.admission_cap(g);
+            if i == self.groups.len() {
+                if let Some(m) = self.spare_groups.pop() {
+                    self.groups.push(m);
+                }
+            }
             match self.groups.get_mut(i) {
                 Some(m) => m.reset_to(i as u32, g, config.enable_caching, cap),
                 None => self
@@ -186,6 +218,7 @@ impl KvCacheManager {
             &req.block_hashes,
             max_len,
             &mut hit.blocks,
+            &mut hit.scratch,
         );
         hit.num_computed_tokens = found.hit_length;
         hit.shared_prefix_boundary = if found.uncached_common_prefix > 0 {

@@ -139,6 +139,10 @@ impl Replayer {
 
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        // Most ops follow no lookup: nothing to consume, nothing to move.
+        if self.pending.is_none() {
+            return self.apply_with(data, op, None);
+        }
         let lookup = self.pending.take();
         let outcome = self.apply_with(data, op, lookup.as_ref());
         if let Some((_, hit)) = lookup {

@@ -80,6 +80,11 @@ impl Tables {
 
     /// Keep a table's storage for reuse.
     pub fn recycle(&mut self, mut table: Vec<u32>) {
+        // A request freed without a table hands back an empty `Vec`: keeping it would
+        // give the next request a table that regrows from nothing.
+        if table.capacity() == 0 {
+            return;
+        }
         table.clear();
         self.spare.push(table);
     }
@@ -88,8 +93,10 @@ impl Tables {
     pub fn reset(&mut self) {
         let spare = &mut self.spare;
         self.map.drain_into(|mut t| {
-            t.blocks.clear();
-            spare.push(t.blocks);
+            if t.blocks.capacity() > 0 {
+                t.blocks.clear();
+                spare.push(t.blocks);
+            }
         });
         self.version = 0;
         self.changes = TableChanges::default();
