@@ -152,16 +152,7 @@ pub fn compare(p: &Prefills<'_>, failing: &[ExecReport], fixed: &[ExecReport]) -
         "difference_pct": all.pct,
         "spread_pct": all.spread,
         "observed": all.observed,
-        "finding_step": first.map(|c| json!({
-            "failing_us": c.failing.0,
-            "failing_range_us": [c.failing.1, c.failing.2],
-            "fixed_us": c.fixed.0,
-            "fixed_range_us": [c.fixed.1, c.fixed.2],
-            "difference_us": c.diff,
-            "difference_pct": c.pct,
-            "spread_pct": c.spread,
-            "observed": c.observed,
-        })),
+        "finding_step": first.map(|c| c.json()),
         "timed_steps": in_windows,
     });
     (v, text)

@@ -217,17 +217,11 @@ pub fn symptom(
         "difference_pct": recorded.pct,
         "spread_pct": recorded.spread,
         "observed": recorded.observed,
-        "window": window.map(|(k, c)| json!({
-            "ordinal": k,
-            "failing_us": c.failing.0,
-            "failing_range_us": [c.failing.1, c.failing.2],
-            "fixed_us": c.fixed.0,
-            "fixed_range_us": [c.fixed.1, c.fixed.2],
-            "difference_us": c.diff,
-            "difference_pct": c.pct,
-            "spread_pct": c.spread,
-            "observed": c.observed,
-        })),
+        "window": window.map(|(k, c)| {
+            let mut w = c.json();
+            w["ordinal"] = json!(k);
+            w
+        }),
     }));
     (v, line)
 }
@@ -256,6 +250,20 @@ impl Compared {
             spread: 100.0 * range / base,
             observed: diff.abs() > range,
         }
+    }
+
+    /// The comparison as JSON: both medians with their ranges, the difference and the spread.
+    pub(super) fn json(&self) -> serde_json::Value {
+        json!({
+            "failing_us": self.failing.0,
+            "failing_range_us": [self.failing.1, self.failing.2],
+            "fixed_us": self.fixed.0,
+            "fixed_range_us": [self.fixed.1, self.fixed.2],
+            "difference_us": self.diff,
+            "difference_pct": self.pct,
+            "spread_pct": self.spread,
+            "observed": self.observed,
+        })
     }
 
     pub(super) fn text(&self) -> String {

@@ -185,26 +185,10 @@ pub struct PrefillSide {
     range_us: [f64; 2],
 }
 
-/// Two plans' summed step times, over the timed runs.
+/// Two plans' times (summed steps, or a window), over the timed runs.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct SymptomSteps {
-    failing_us: f64,
-    failing_range_us: [f64; 2],
-    fixed_us: f64,
-    fixed_range_us: [f64; 2],
-    difference_us: f64,
-    difference_pct: f64,
-    spread_pct: f64,
-    observed: bool,
-}
-
-/// The finding's window in both plans, over the timed runs.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-pub struct SymptomWindow {
-    /// Its ordinal among the point's windows (0: the admission window).
-    ordinal: u64,
     /// The failing plan's median over the runs.
     failing_us: f64,
     failing_range_us: [f64; 2],
@@ -217,6 +201,17 @@ pub struct SymptomWindow {
     spread_pct: f64,
     /// Whether the difference exceeds that spread.
     observed: bool,
+}
+
+/// The finding's window in both plans, over the timed runs.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SymptomWindow {
+    /// Its ordinal among the point's windows (0: the admission window).
+    ordinal: u64,
+    /// The window's time in both plans, compared.
+    #[serde(flatten)]
+    compared: SymptomSteps,
 }
 
 /// The simulator's finding a symptom is measured for.
