@@ -89,6 +89,12 @@ impl AttnDesc {
             _ => 1.0,
         }
     }
+
+    /// Head dims beyond 128, in units of 128: where the tensor-core kernel's register tiles
+    /// spill (0 at 128 and below).
+    pub fn spilled_dims(&self) -> f64 {
+        f64::from(self.head_dim.saturating_sub(128)) / 128.0
+    }
 }
 
 /// One op of a step, as the cost model sees it.

@@ -58,7 +58,8 @@ mod ix {
     pub const WRITE_LATENT_ELEM: usize = 34;
     pub const STATE_TOKEN: usize = 35;
     pub const OP_GAP: usize = 36;
-    pub const COUNT: usize = 37;
+    pub const MMA_SPILL_ITER: usize = 37;
+    pub const COUNT: usize = 38;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -236,6 +237,9 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 let (full, rest) = (a.ctas / resident, a.ctas % resident);
                 let mut lat = Lin::term(p, ix::ATTN_WAVE, 1.0);
                 lat.add_term(p, iter, a.iters() * a.head_dim_scale());
+                if a.family == Family::Mma {
+                    lat.add_term(p, ix::MMA_SPILL_ITER, a.iters() * a.spilled_dims());
+                }
                 if a.nsplit > 1 {
                     lat.add_term(p, ix::ATTN_SPLIT, f64::from(a.nsplit));
                 }
@@ -448,6 +452,7 @@ mod tests {
             (ix::WRITE_LATENT_ELEM, "write_latent_elem_ns"),
             (ix::STATE_TOKEN, "state_token_ns"),
             (ix::OP_GAP, "op_event_gap_ns"),
+            (ix::MMA_SPILL_ITER, "attn_mma_spill_iter_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -484,6 +489,45 @@ mod tests {
         assert!((walk(Family::Mma, 64) - 0.5).abs() < 1e-9);
         // MLA kernels keep their own per-iteration rate, whatever the latent width.
         assert!((walk(Family::LatentMma, 576) - 1.0).abs() < 1e-9);
+    }
+
+    /// Beyond a head dim of 128 the tensor-core walk also pays the spill term, per iteration
+    /// and per 128 dims beyond 128; smaller head dims and MLA kernels do not.
+    #[test]
+    fn a_tensor_core_walk_beyond_head_dim_128_pays_the_spill_term() {
+        let mut params = Params::h200();
+        params.attn_mma_spill_iter_ns = 5000.0;
+        let p = params.to_vec();
+        let walk = |family, head_dim| {
+            let op = OpDesc::Decode {
+                launches: vec![AttnDesc {
+                    module: format!("attn_mma_d{head_dim}_h4"),
+                    family,
+                    seqs: 1,
+                    bytes: 1,
+                    ctas: 8,
+                    resident: 264,
+                    nsplit: 1,
+                    split_tokens: 8192,
+                    head_dim,
+                }],
+            };
+            let t = kernel_times(&op, &p)[0].clone();
+            (
+                t.value - p[ix::GPU_KERNEL] - p[ix::ATTN_WAVE],
+                t.coef[ix::MMA_SPILL_ITER],
+            )
+        };
+        let iters = 64.0;
+        let (d256, spill256) = walk(Family::Mma, 256);
+        assert_eq!(spill256, iters);
+        assert!((d256 - iters * (2.0 * p[ix::MMA_ITER] + 5000.0)).abs() < 1e-6, "{d256}");
+        for head_dim in [64, 96, 128] {
+            let (t, spill) = walk(Family::Mma, head_dim);
+            assert_eq!(spill, 0.0);
+            assert!((t - iters * p[ix::MMA_ITER] * f64::from(head_dim) / 128.0).abs() < 1e-6);
+        }
+        assert_eq!(walk(Family::LatentMma, 576).1, 0.0);
     }
 
     /// A state update's time: per serial step plus per token walked.

@@ -134,6 +134,12 @@ params! {
     /// Plain runs never carry it, so the fixed costs of kernels queued back to back stay the
     /// plain runs' to fit.
     op_event_gap_ns = 1500.0,
+    /// Decode, tensor-core kernel: per wave x 128-position iterations of one CTA, per 128 head
+    /// dims beyond 128. Each thread keeps its next K and V tiles in registers (HD/8 16-byte
+    /// loads each, HD registers in all); at a head dim of 256 they alone fill the 255 registers
+    /// a thread may use, so they spill to local memory and the walk grows faster than the head
+    /// dim (gpu/src/cuda/attn_mma.cu; microbenchmark `attn-d256-kv4`).
+    attn_mma_spill_iter_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -269,9 +275,10 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 
 /// Parameters added after files were written whose term those files did not have: a file
 /// without one loads with 0 and keeps its hash (issue 21's microbenchmarks added the state
-/// update's per-token term, with which such a file predicts as it did, and the per-op event gap:
-/// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap).
-pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns", "op_event_gap_ns"];
+/// update's per-token term, with which such a file predicts as it did, the per-op event gap:
+/// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
+/// the tensor-core decode's spill term above a head dim of 128).
+pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns", "op_event_gap_ns", "attn_mma_spill_iter_ns"];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
