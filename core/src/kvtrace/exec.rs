@@ -232,8 +232,18 @@ impl Replayer {
             tokens.extend_from_slice(prompt);
             Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
         });
-        let name = data.ids.name(id);
-        let at = self.order.partition_point(|&k| data.ids.name(k) < name);
+        let at = match data.ids.ranks() {
+            // A compiled trace ranks its ids by name up front.
+            Some(rank) => {
+                let mine = rank[id as usize];
+                self.order.partition_point(|&k| rank[k as usize] < mine)
+            }
+            // Compiled op by op (ids still being interned): compare the names.
+            None => {
+                let name = data.ids.name(id);
+                self.order.partition_point(|&k| data.ids.name(k) < name)
+            }
+        };
         self.order.insert(at, id);
         self.live_changed = true;
         Ok(Outcome::Null)
