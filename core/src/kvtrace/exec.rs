@@ -63,7 +63,8 @@ pub struct Replayer {
 }
 
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
-/// that it borrows only the slots, not the model.
+/// that it borrows only the slots, not the model. Inlined: every op looks one up.
+#[inline(always)]
 fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String> {
     slots
         .get(id)
@@ -152,6 +153,7 @@ impl Replayer {
     }
 
     /// `apply`, with the lookup it consumes.
+    #[inline(always)]
     fn apply_with(
         &mut self,
         data: &OpData,
