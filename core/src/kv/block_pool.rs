@@ -473,17 +473,20 @@ impl BlockPool {
     /// The reset without vLLM's refusal while blocks are in use (issue 19's slip only).
     pub(crate) fn reset_prefix_cache_unchecked(&mut self) -> bool {
         // Only hashed blocks have a primary: visiting them (not the pool) keeps a reset's
-        // cost with the cache's size. A watcher sees exactly these blocks and keys change.
-        let hashed: Vec<u32> = self.cached_block_ids().collect();
-        for id in hashed {
-            if let Some(t) = self.block_hash(id) {
-                self.changes.key(t.key);
+        // cost with the cache's size. A watcher sees exactly these blocks and keys change;
+        // without one (every replay) there is nothing to log and no block is visited.
+        if self.changes.is_enabled() {
+            let hashed: Vec<u32> = self.cached_block_ids().collect();
+            for id in hashed {
+                if let Some(t) = self.block_hash(id) {
+                    self.changes.key(t.key);
+                }
+                self.changes.block(id);
             }
-            self.changes.block(id);
-        }
-        for (&id, keys) in &self.secondary {
-            self.changes.block(id);
-            keys.iter().for_each(|&k| self.changes.key(k));
+            for (&id, keys) in &self.secondary {
+                self.changes.block(id);
+                keys.iter().for_each(|&k| self.changes.key(k));
+            }
         }
         self.cached.clear();
         self.secondary.clear();

@@ -279,6 +279,9 @@ impl KvCacheManager {
         } else {
             0
         };
+        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.any_mamba_align() {
+            return self.allocate_without_hits(req, a, total_computed, watermark, new_blocks);
+        }
         let free = self.pool.num_free_blocks() as i64;
         if a.full_sequence_must_fit {
             let full = req.num_tokens().min(self.config.max_model_len);
@@ -319,6 +322,55 @@ impl KvCacheManager {
         }
         if !a.delay_cache_blocks {
             self.cache_blocks(req, (total_computed + a.num_new_tokens).min(req.num_tokens()))?;
+        }
+        Ok(true)
+    }
+
+    /// Whether some group is Mamba "align" (its needs follow other rules).
+    #[inline]
+    fn any_mamba_align(&self) -> bool {
+        self.groups.iter().any(GroupManager::is_mamba_align)
+    }
+
+    /// `allocate_slots` (the steps of `allocate_slots_into`) offered no hits and not
+    /// asked to fit the whole sequence, in a model without Mamba "align" groups: nearly
+    /// every step. One pass over the groups trims the windows and sums the needs
+    /// (`GroupManager::need_without_hits`); when no group needs a block and every
+    /// group has a table, no group is asked to allocate (it would return at once).
+    fn allocate_without_hits(
+        &mut self,
+        req: &Request,
+        a: AllocateArgs<'_>,
+        total_computed: u64,
+        watermark: i64,
+        new_blocks: &mut Vec<Vec<u32>>,
+    ) -> Result<bool, PoolError> {
+        let main = total_computed + a.num_new_tokens;
+        let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
+        let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
+        let (mut need, mut all_tables) = (0, true);
+        for m in &mut self.groups {
+            // Trimming nulls table entries but keeps each table's length, and a group's
+            // need reads only its own table: the same as trimming every group first.
+            m.remove_skipped_blocks(&mut self.pool, req.id, processed);
+            let (n, has_table) = m.need_without_hits(req.id, need_slot, req.num_computed_tokens);
+            need += n;
+            all_tables &= has_table;
+        }
+        let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+        if need + watermark > available {
+            return Ok(false);
+        }
+        new_blocks.resize_with(self.groups.len(), Vec::new);
+        let ask = need > 0 || !all_tables;
+        for (m, out) in self.groups.iter_mut().zip(new_blocks.iter_mut()) {
+            out.clear();
+            if ask {
+                m.allocate_new_blocks_into(&mut self.pool, req.id, need_slot, main, out)?;
+            }
+        }
+        if !a.delay_cache_blocks {
+            self.cache_blocks(req, main.min(req.num_tokens()))?;
         }
         Ok(true)
     }

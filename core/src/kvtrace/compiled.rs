@@ -59,7 +59,10 @@ pub(super) fn compile_parts(config: &Value, ops: impl FnOnce() -> (Vec<Op>, OpDa
             ops: Vec::new(),
         },
         Ok(cfg) => {
-            let (ops, data) = ops();
+            let (ops, mut data) = ops();
+            // Every id is interned now: rank them by name once, so that a replay places
+            // each new request in name order by an integer compare.
+            data.ids.rank_names();
             CompiledTrace {
                 config: Ok(cfg),
                 ops,

@@ -63,7 +63,8 @@ pub struct Replayer {
 }
 
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
-/// that it borrows only the slots, not the model.
+/// that it borrows only the slots, not the model. Inlined: every op looks one up.
+#[inline(always)]
 fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String> {
     slots
         .get(id)
@@ -152,6 +153,7 @@ impl Replayer {
     }
 
     /// `apply`, with the lookup it consumes.
+    #[inline(always)]
     fn apply_with(
         &mut self,
         data: &OpData,
@@ -232,8 +234,18 @@ impl Replayer {
             tokens.extend_from_slice(prompt);
             Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
         });
-        let name = data.ids.name(id);
-        let at = self.order.partition_point(|&k| data.ids.name(k) < name);
+        let at = match data.ids.ranks() {
+            // A compiled trace ranks its ids by name up front.
+            Some(rank) => {
+                let mine = rank[id as usize];
+                self.order.partition_point(|&k| rank[k as usize] < mine)
+            }
+            // Compiled op by op (ids still being interned): compare the names.
+            None => {
+                let name = data.ids.name(id);
+                self.order.partition_point(|&k| data.ids.name(k) < name)
+            }
+        };
         self.order.insert(at, id);
         self.live_changed = true;
         Ok(Outcome::Null)

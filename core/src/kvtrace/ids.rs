@@ -19,6 +19,28 @@ pub struct Ids {
     text: String,
     /// Per id: where its name and its literal are in `text`.
     spans: Vec<(Range<usize>, Range<usize>)>,
+    /// Per id: its place among all ids in name order, once `rank_names` has run
+    /// over every id (a replay then orders live ids by integers, not names).
+    ranks: Vec<u32>,
+}
+
+fn offset_of(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 request ids")
+}
+
+/// A name of up to 7 bytes as an integer in the names' order: its bytes from the
+/// top (zero padded), then its length in the low byte (a name sorts before any
+/// longer name it begins, NUL bytes included); `None` for longer names.
+fn order_key(name: &str) -> Option<u64> {
+    let b = name.as_bytes();
+    if b.len() > 7 {
+        return None;
+    }
+    let bytes = b
+        .iter()
+        .enumerate()
+        .fold(0u64, |word, (i, &x)| word | u64::from(x) << (56 - 8 * i));
+    Some(bytes | b.len() as u64)
 }
 
 /// A name of up to 7 bytes as one word: its bytes, then its length in the top
@@ -66,6 +88,39 @@ impl Ids {
         self.spans.len()
     }
 
+    /// Rank every id interned so far by name (a compiled trace's ids are then final).
+    pub fn rank_names(&mut self) {
+        let n = self.spans.len();
+        // Ids of up to 7 bytes (nearly all) sort as one integer each (`order_key`).
+        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(n);
+        for k in 0..offset_of(n) {
+            match order_key(self.name(k)) {
+                Some(key) => keyed.push((key, k)),
+                None => break,
+            }
+        }
+        let by_name: Vec<u32> = if keyed.len() == n {
+            keyed.sort_unstable();
+            keyed.iter().map(|&(_, k)| k).collect()
+        } else {
+            let mut ids: Vec<u32> = (0..offset_of(n)).collect();
+            ids.sort_unstable_by(|&a, &b| self.name(a).cmp(self.name(b)));
+            ids
+        };
+        self.ranks.clear();
+        self.ranks.resize(n, 0);
+        for (r, &k) in by_name.iter().enumerate() {
+            self.ranks[k as usize] = offset_of(r);
+        }
+    }
+
+    /// Each id's rank in name order (`a < b` iff `name(a) < name(b)`), when every
+    /// interned id is ranked; `None` while ids are still being interned.
+    #[inline]
+    pub fn ranks(&self) -> Option<&[u32]> {
+        (self.ranks.len() == self.spans.len()).then_some(&self.ranks)
+    }
+
     pub fn name(&self, k: u32) -> &str {
         &self.text[self.spans[k as usize].0.clone()]
     }
@@ -91,5 +146,47 @@ mod tests {
         }
         assert_eq!(ids.get("r2"), None);
         assert_eq!(ids.literal(ids.get("é").unwrap()), "\"\\u00e9\"");
+    }
+
+    #[test]
+    fn short_names_rank_like_strings() {
+        let names = [
+            "r10", "r2", "", "r1", "é", "a", "r1\0", "r1\0\0", "\0", "R9", "seven77", "\u{ff}",
+        ];
+        let mut ids = Ids::default();
+        for n in names {
+            ids.intern(n);
+        }
+        ids.rank_names();
+        let ranks = ids.ranks().expect("ranked");
+        for a in 0..names.len() as u32 {
+            for b in 0..names.len() as u32 {
+                let by_name = ids.name(a).cmp(ids.name(b));
+                assert_eq!(ranks[a as usize].cmp(&ranks[b as usize]), by_name, "{a} {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_follow_name_order_once_every_id_is_ranked() {
+        let names = ["r10", "r2", "", "r1", "é", "a", "r1\0", "eight888", "R9"];
+        let mut ids = Ids::default();
+        for n in &names[..4] {
+            ids.intern(n);
+        }
+        assert!(ids.ranks().is_none(), "not ranked yet");
+        ids.rank_names();
+        for n in &names[4..] {
+            ids.intern(n);
+        }
+        assert!(ids.ranks().is_none(), "ids interned after ranking are not ranked");
+        ids.rank_names();
+        let ranks = ids.ranks().expect("ranked").to_vec();
+        for a in 0..names.len() as u32 {
+            for b in 0..names.len() as u32 {
+                let by_name = ids.name(a).cmp(ids.name(b));
+                assert_eq!(ranks[a as usize].cmp(&ranks[b as usize]), by_name, "{a} {b}");
+            }
+        }
     }
 }

@@ -121,6 +121,25 @@ impl GroupManager {
         self.num_cached.contains_key(&req)
     }
 
+    /// `num_blocks_to_allocate` offered no hits, outside Mamba "align" (whose needs
+    /// follow other rules), and whether the request has a table here. With no hits
+    /// nothing is evictable, and Mamba's "cached this step" sentinel needs a hit.
+    #[inline]
+    pub(crate) fn need_without_hits(&self, req: ReqId, num_tokens: u64, total_computed: u64) -> (i64, bool) {
+        debug_assert!(!self.is_mamba_align());
+        let bs = self.bs();
+        let required = cdiv(num_tokens as i64, bs);
+        let table = self.tables.get(&req);
+        let held = table.map_or(0, Vec::len) as i64;
+        let need = if self.num_cached.contains_key(&req) {
+            required - held
+        } else {
+            let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
+            required - skipped_blocks.max(held)
+        };
+        (need.max(0), table.is_some())
+    }
+
     /// Blocks of the request already cached.
     pub fn num_cached_blocks(&self, req: ReqId) -> Option<usize> {
         self.num_cached.get(&req).copied()
