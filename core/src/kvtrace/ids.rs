@@ -53,14 +53,25 @@ impl Ids {
     }
 
     /// `intern(name)` for a name of up to 7 bytes whose `packed` word the
-    /// caller already holds (the text compiler reads it in one load).
+    /// caller already holds (the text compiler reads it in one load); `name`
+    /// is only asked for when the id is new.
     #[inline]
-    pub fn intern_short(&mut self, word: u64, name: &str) -> u32 {
-        debug_assert_eq!(packed(name), Some(word), "{name:?}");
+    pub fn intern_short<'s>(&mut self, word: u64, name: impl FnOnce() -> &'s str) -> u32 {
         match self.short.get(&word) {
             Some(&k) => k,
-            None => self.intern(name),
+            None => {
+                let name = name();
+                debug_assert_eq!(packed(name), Some(word), "{name:?}");
+                self.intern(name)
+            }
         }
+    }
+
+    /// Room for `n` more ids.
+    pub fn reserve(&mut self, n: usize) {
+        self.short.reserve(n);
+        self.spans.reserve(n);
+        self.text.reserve(8 * n);
     }
 
     pub fn get(&self, name: &str) -> Option<u32> {
@@ -103,7 +114,7 @@ mod tests {
         assert_eq!(ids.get("r2"), None);
         for n in ["r1", "seven77", "", "é", "new7"] {
             let word = super::packed(n).unwrap();
-            let k = ids.intern_short(word, n);
+            let k = ids.intern_short(word, || n);
             assert_eq!((ids.get(n), ids.name(k)), (Some(k), n));
         }
         assert_eq!(ids.count(), names.len() + 1, "only new7 is new");

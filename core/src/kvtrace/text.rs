@@ -130,6 +130,20 @@ fn leading_digits(w: u64) -> Option<(u64, u32)> {
     Some((d, n))
 }
 
+/// A list's item read from the word at it, when it is an integer of 1 to 7
+/// digits without a leading zero, right followed by a comma or `]`: its value,
+/// its digits, and whether `]` closes the list. `None` for anything else.
+#[inline(always)]
+fn list_item(w: u64) -> Option<(u64, usize, bool)> {
+    let (n, len) = leading_digits(w)?;
+    let first = w as u8;
+    let next = (w >> (8 * len)) as u8;
+    if len == 0 || (len > 1 && first == b'0') || !matches!(next, b',' | b']') {
+        return None;
+    }
+    Some((n, len as usize, next == b']'))
+}
+
 struct Parser<'a> {
     s: &'a str,
     b: &'a [u8],
@@ -150,11 +164,13 @@ enum Name {
     ResetPrefixCache,
 }
 
-/// An id's text, and for one of up to 7 bytes read from one word, its packed word.
+/// An id as read: one of up to 7 bytes as its packed word (`Ids`'s key) and
+/// where its name starts in the text (the name is only sliced out for an id
+/// seen for the first time); a longer one as its name.
 #[derive(Clone, Copy)]
-struct IdText<'a> {
-    name: &'a str,
-    word: Option<u64>,
+enum IdText<'a> {
+    Short(u64, usize),
+    Long(&'a str),
 }
 
 /// The op fields seen so far in one op object.
@@ -361,16 +377,15 @@ impl<'a> Parser<'a> {
             let m = stops(w);
             if m != 0 {
                 let n = (m.trailing_zeros() / 8) as usize;
-                let name = self.string_end(i + 1 + n, i + 1)?;
+                if self.b[i + 1 + n] != b'"' {
+                    return None;
+                }
+                self.i = i + 2 + n;
                 let bytes = w & ((1u64 << (8 * n)) - 1);
-                return Some(IdText {
-                    name,
-                    word: Some(bytes | (n as u64) << 56),
-                });
+                return Some(IdText::Short(bytes | (n as u64) << 56, i + 1));
             }
         }
-        let name = self.string()?;
-        Some(IdText { name, word: None })
+        Some(IdText::Long(self.string()?))
     }
 
     /// A JSON integer >= 0 that fits a u64 (no sign, fraction or exponent; at
@@ -434,19 +449,40 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A list of integers appended to `tokens`.
+    /// A list of integers appended to `tokens`. The common item (fewer than 8
+    /// digits, then a comma or the closing bracket) is read from one word, with
+    /// the position in a local; any other item is read as `uint` and `more` read it.
     #[inline(always)]
     fn tokens(&mut self, tokens: &mut Vec<u64>) -> Option<Span> {
         let start = tokens.len();
         self.eat(b'[')?;
         self.ws();
         if self.eat(b']').is_none() {
+            let b = self.b;
+            let mut i = self.i;
             loop {
+                if let Some((n, len, close)) = word_at(b, i).and_then(list_item) {
+                    tokens.push(n);
+                    i += len + 1;
+                    if close {
+                        break;
+                    }
+                    if b.get(i).is_some_and(|&c| c <= b' ') {
+                        self.i = i;
+                        self.ws_run();
+                        i = self.i;
+                    }
+                    continue;
+                }
+                self.i = i;
                 tokens.push(self.uint()?);
-                if !self.more(b']')? {
+                let more = self.more(b']')?;
+                i = self.i;
+                if !more {
                     break;
                 }
             }
+            self.i = i;
         }
         Some(Span {
             start: offset(start),
@@ -530,9 +566,10 @@ impl<'a> Parser<'a> {
     fn ops(&mut self) -> Option<(Vec<Op>, OpData)> {
         let mut data = OpData::default();
         // Sized from the text (trace writers' ops take about 64 bytes each, and
-        // a prompt token about 4), so the lists seldom grow.
+        // a prompt token about 4, and a request about 900), so the lists seldom grow.
         let mut ops = Vec::with_capacity(self.b.len() / 48);
         data.tokens.reserve(self.b.len() / 16);
+        data.ids.reserve(self.b.len() / 1024);
         self.eat(b'[')?;
         self.ws();
         if self.eat(b']').is_none() {
@@ -593,20 +630,21 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        build(f, data)
+        build(&f, data, self.s)
     }
 }
 
 /// The compiled op of `f`, as `compile_op` makes it; `None` where that would
 /// hold a failed check, or where token lists were read that it would not store.
 #[inline(always)]
-fn build(f: Fields, data: &mut OpData) -> Option<Op> {
-    let id = |data: &mut OpData| {
-        let t = f.id.filter(|t| !t.name.is_empty())?;
-        Some(match t.word {
-            Some(word) => data.ids.intern_short(word, t.name),
-            None => data.ids.intern(t.name),
-        })
+fn build(f: &Fields, data: &mut OpData, text: &str) -> Option<Op> {
+    let id = |data: &mut OpData| match f.id? {
+        IdText::Short(word, at) => {
+            let len = (word >> 56) as usize;
+            // Quotes are ASCII, so the name between them is whole characters.
+            (len > 0).then(|| data.ids.intern_short(word, || &text[at..at + len]))
+        }
+        IdText::Long(name) => (!name.is_empty()).then(|| data.ids.intern(name)),
     };
     let (prompt, outputs) = (f.prompt, f.output_tokens);
     let op = match f.name? {
