@@ -173,6 +173,28 @@ enum IdText<'a> {
     Long(&'a str),
 }
 
+/// The short ids already interned in this trace, by packed word, in a small
+/// direct-mapped table: a hit costs a multiply and one compare instead of a
+/// map probe. Only interned ids enter it, so a hit is what `Ids` would answer.
+struct IdCache([(u64, u32); 64]);
+
+impl IdCache {
+    /// Empty: `u64::MAX` is no packed word (a packed word's top byte is at most 7).
+    fn new() -> Self {
+        IdCache([(u64::MAX, 0); 64])
+    }
+
+    /// The index of the id whose packed word is `word`, from `intern` on a miss.
+    #[inline(always)]
+    fn get(&mut self, word: u64, intern: impl FnOnce() -> u32) -> u32 {
+        let slot = &mut self.0[(word.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize];
+        if slot.0 != word {
+            *slot = (word, intern());
+        }
+        slot.1
+    }
+}
+
 /// The op fields seen so far in one op object.
 #[derive(Default)]
 struct Fields<'a> {
@@ -570,11 +592,12 @@ impl<'a> Parser<'a> {
         let mut ops = Vec::with_capacity(self.b.len() / 48);
         data.tokens.reserve(self.b.len() / 16);
         data.ids.reserve(self.b.len() / 1024);
+        let mut seen = IdCache::new();
         self.eat(b'[')?;
         self.ws();
         if self.eat(b']').is_none() {
             loop {
-                ops.push(self.op(&mut data)?);
+                ops.push(self.op(&mut data, &mut seen)?);
                 if !self.more(b']')? {
                     break;
                 }
@@ -605,7 +628,7 @@ impl<'a> Parser<'a> {
     /// One op object, compiled as `compile_op` compiles it (`None` for any op
     /// that `compile_op` would not compile into a checked op).
     #[inline(always)]
-    fn op(&mut self, data: &mut OpData) -> Option<Op> {
+    fn op(&mut self, data: &mut OpData, seen: &mut IdCache) -> Option<Op> {
         let mut f = Fields::default();
         self.eat(b'{')?;
         self.ws();
@@ -630,19 +653,19 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        build(&f, data, self.s)
+        build(&f, data, seen, self.s)
     }
 }
 
 /// The compiled op of `f`, as `compile_op` makes it; `None` where that would
 /// hold a failed check, or where token lists were read that it would not store.
 #[inline(always)]
-fn build(f: &Fields, data: &mut OpData, text: &str) -> Option<Op> {
-    let id = |data: &mut OpData| match f.id? {
+fn build(f: &Fields, data: &mut OpData, seen: &mut IdCache, text: &str) -> Option<Op> {
+    let mut id = |data: &mut OpData| match f.id? {
         IdText::Short(word, at) => {
             let len = (word >> 56) as usize;
             // Quotes are ASCII, so the name between them is whole characters.
-            (len > 0).then(|| data.ids.intern_short(word, || &text[at..at + len]))
+            (len > 0).then(|| seen.get(word, || data.ids.intern_short(word, || &text[at..at + len])))
         }
         IdText::Long(name) => (!name.is_empty()).then(|| data.ids.intern(name)),
     };
@@ -702,7 +725,7 @@ fn build(f: &Fields, data: &mut OpData, text: &str) -> Option<Op> {
 mod tests {
     use serde_json::Value;
 
-    use super::{compile_text, direct, Parser};
+    use super::{compile_text, direct, IdCache, Parser};
     use crate::kvtrace::compiled::{compile, CompiledTrace};
     use crate::kvtrace::gen::generate;
     use crate::kvtrace::TraceError;
@@ -905,6 +928,24 @@ mod tests {
                 i: 0,
             };
             assert_eq!((p.uint(), p.i), (Some(u64::from(w)), w.to_string().len()));
+        }
+    }
+
+    /// The id cache answers what `Ids` answers, through collisions and refills.
+    #[test]
+    fn the_id_cache_agrees_with_the_ids() {
+        let mut ids = crate::kvtrace::ids::Ids::default();
+        let mut seen = IdCache::new();
+        for round in 0..3u64 {
+            for i in 0..500u64 {
+                let name = format!("r{}", (i * 37 + round * 11) % 400);
+                let mut word = (name.len() as u64) << 56;
+                for (k, &c) in name.as_bytes().iter().enumerate() {
+                    word |= u64::from(c) << (8 * k);
+                }
+                let k = seen.get(word, || ids.intern_short(word, || &name));
+                assert_eq!(ids.get(&name), Some(k), "{name}");
+            }
         }
     }
 
