@@ -74,6 +74,28 @@ impl Ids {
         k
     }
 
+    /// `intern(name)` for a name of up to 7 bytes whose `packed` word the
+    /// caller already holds (the text compiler reads it in one load); `name`
+    /// is only asked for when the id is new.
+    #[inline]
+    pub fn intern_short<'s>(&mut self, word: u64, name: impl FnOnce() -> &'s str) -> u32 {
+        match self.short.get(&word) {
+            Some(&k) => k,
+            None => {
+                let name = name();
+                debug_assert_eq!(packed(name), Some(word), "{name:?}");
+                self.intern(name)
+            }
+        }
+    }
+
+    /// Room for `n` more ids.
+    pub fn reserve(&mut self, n: usize) {
+        self.short.reserve(n);
+        self.spans.reserve(n);
+        self.text.reserve(8 * n);
+    }
+
     pub fn get(&self, name: &str) -> Option<u32> {
         match packed(name) {
             Some(word) => self.short.get(&word),
@@ -145,6 +167,12 @@ mod tests {
             assert_eq!((ids.intern(n), ids.get(n), ids.name(k)), (k, Some(k), *n));
         }
         assert_eq!(ids.get("r2"), None);
+        for n in ["r1", "seven77", "", "é", "new7"] {
+            let word = super::packed(n).unwrap();
+            let k = ids.intern_short(word, || n);
+            assert_eq!((ids.get(n), ids.name(k)), (Some(k), n));
+        }
+        assert_eq!(ids.count(), names.len() + 1, "only new7 is new");
         assert_eq!(ids.literal(ids.get("é").unwrap()), "\"\\u00e9\"");
     }
 
