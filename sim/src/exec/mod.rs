@@ -340,3 +340,45 @@ fn run_inner(
     *disagreed = sim.disagreed;
     sim.report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{load_plan, prefill_ops, tiny_scenario, PlanBuilder};
+
+    // A decode-KV variance from the unseen-swa sweep plan's benchmark record: serde_json without
+    // its float_roundtrip feature parses this text one ulp low (0.2469135802469135).
+    const VARIANCE: f64 = 0.24691358024691354;
+
+    #[test]
+    fn floats_parse_to_the_f64_they_were_written_from() {
+        for x in [VARIANCE, 0.1 + 0.2, 1.0 / 3.0, 2.0f64.sqrt(), 6e54, 9e186, 5.8e45] {
+            let text = serde_json::to_string(&x).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.to_bits(), x.to_bits(), "{text} read back as {back:?}");
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(value.as_f64().map(f64::to_bits), Some(x.to_bits()), "{text} as a Value");
+        }
+    }
+
+    #[test]
+    fn a_plan_read_back_from_its_file_has_the_same_hash() {
+        // The plan hash must not depend on the build (`cargo build` vs `cargo build -p kvsim`
+        // once gave `kvsim predict` two hashes of one plan file): hashing the plan a planner
+        // wrote and the plan read back from the file must agree.
+        let mut plan = PlanBuilder::new(tiny_scenario(Some(4), 1, 32))
+            .step(0, 0, prefill_ops("a", 12))
+            .build()
+            .unwrap();
+        plan.benchmark = Some(json!({"decode_kv_variance": [VARIANCE, 0.1 + 0.2, 1.0 / 3.0, 6e54]}));
+        let written = plan_hash(&plan);
+        for text in [
+            serde_json::to_string(&plan).unwrap(),
+            serde_json::to_string_pretty(&plan).unwrap(),
+        ] {
+            let back = load_plan(&text).unwrap();
+            assert_eq!(plan_hash(&back), written, "{:?}", back.benchmark);
+            assert_eq!(back, plan);
+        }
+    }
+}
