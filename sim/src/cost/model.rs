@@ -458,24 +458,29 @@ mod tests {
         }
     }
 
+    /// A latency-bound decode: 8 CTAs of one wave, each walking 8 192 positions (64 iterations).
+    fn long_walk(family: Family, head_dim: u32) -> OpDesc {
+        OpDesc::Decode {
+            launches: vec![AttnDesc {
+                module: format!("attn_mma_d{head_dim}_h4"),
+                family,
+                seqs: 1,
+                bytes: 1,
+                ctas: 8,
+                resident: 264,
+                nsplit: 1,
+                split_tokens: 8192,
+                head_dim,
+            }],
+        }
+    }
+
     /// A latency-bound decode (few bytes, long splits): its CTA walk grows with the head dim.
     #[test]
     fn a_decode_walk_costs_in_proportion_to_its_head_dim() {
         let p = Params::h200().to_vec();
         let walk = |family, head_dim| {
-            let op = OpDesc::Decode {
-                launches: vec![AttnDesc {
-                    module: format!("attn_mma_d{head_dim}_h4"),
-                    family,
-                    seqs: 1,
-                    bytes: 1,
-                    ctas: 8,
-                    resident: 264,
-                    nsplit: 1,
-                    split_tokens: 8192,
-                    head_dim,
-                }],
-            };
+            let op = long_walk(family, head_dim);
             let t = kernel_times(&op, &p)[0].value - p[ix::GPU_KERNEL] - p[ix::ATTN_WAVE];
             t / (64.0
                 * p[if family == Family::Mma {
@@ -499,19 +504,7 @@ mod tests {
         params.attn_mma_spill_iter_ns = 5000.0;
         let p = params.to_vec();
         let walk = |family, head_dim| {
-            let op = OpDesc::Decode {
-                launches: vec![AttnDesc {
-                    module: format!("attn_mma_d{head_dim}_h4"),
-                    family,
-                    seqs: 1,
-                    bytes: 1,
-                    ctas: 8,
-                    resident: 264,
-                    nsplit: 1,
-                    split_tokens: 8192,
-                    head_dim,
-                }],
-            };
+            let op = long_walk(family, head_dim);
             let t = kernel_times(&op, &p)[0].clone();
             (
                 t.value - p[ix::GPU_KERNEL] - p[ix::ATTN_WAVE],
