@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use kvsim_cli::cli::{parse, run};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match run(cli) {
