@@ -32,7 +32,7 @@ pub struct PoolError {
 }
 
 /// vLLM's `BlockPool`: every block of one rank, the free queue in eviction order, ref counts and the prefix-cache map (lazy eviction, duplicate keys allowed; vllm_kv.md §1).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct BlockPool {
     num_blocks: u32,
     enable_caching: bool,
@@ -63,6 +63,24 @@ pub struct BlockPool {
     /// What changed since a watcher last looked (off unless one asks).
     pub(crate) changes: PoolChanges,
 }
+
+reuse_clone!(BlockPool {
+    num_blocks,
+    enable_caching,
+    ref_cnt,
+    primary_hash,
+    primary_group,
+    primary_tokens,
+    hashed,
+    secondary,
+    cached,
+    hash_version,
+    free,
+    scratch,
+    mutant,
+    evictions,
+    changes
+});
 
 impl BlockPool {
     /// A pool of `num_blocks` blocks (block 0 the null block).

@@ -9,7 +9,7 @@ use super::hash::BlockKey;
 use super::request::ReqId;
 
 /// The pool's side of the log.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct PoolChanges {
     enabled: bool,
     /// Blocks whose ref count, free-queue membership or keys changed, each once.
@@ -19,6 +19,13 @@ pub struct PoolChanges {
     /// Keys whose map entry changed or that a block gained or lost (repeats allowed).
     keys: Vec<BlockKey>,
 }
+
+reuse_clone!(PoolChanges {
+    enabled,
+    blocks,
+    marked,
+    keys
+});
 
 impl PoolChanges {
     pub(crate) fn enable(&mut self, num_blocks: u32) {
@@ -57,11 +64,13 @@ impl PoolChanges {
 }
 
 /// One group's tables' side of the log: requests whose table may have changed.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct TableChanges {
     enabled: bool,
     reqs: Vec<ReqId>,
 }
+
+reuse_clone!(TableChanges { enabled, reqs });
 
 impl TableChanges {
     pub(crate) fn enable(&mut self) {

@@ -7,13 +7,15 @@ use super::manager::{empty_lists, find_longest_cache_hit_into, GroupManager};
 use super::spec::{CoordinatorKind, GroupSpec};
 
 /// Groups with equal specs, looked up jointly (hybrid `SpecGroup`).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct SpecGroup {
     /// The shared spec.
     pub spec: GroupSpec,
     /// Its groups.
     pub group_ids: Vec<u32>,
 }
+
+reuse_clone!(SpecGroup { spec, group_ids });
 
 /// The agreed hit length and the longest single-group hit beyond it
 /// (`num_uncached_common_prefix_tokens`); the per-group hit blocks are written
@@ -29,7 +31,7 @@ pub struct CacheHit {
 }
 
 /// vLLM's KV-cache coordinator (unitary, hybrid fixed point, or no prefix cache; vllm_kv.md §4).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Coordinator {
     /// Which coordinator.
     pub kind: CoordinatorKind,
@@ -40,6 +42,13 @@ pub struct Coordinator {
     /// Hybrid only: spec groups with full-attention specs sorted first.
     pub spec_groups: Vec<SpecGroup>,
 }
+
+reuse_clone!(Coordinator {
+    kind,
+    scheduler_block_size,
+    hash_block_size,
+    spec_groups
+});
 
 impl Coordinator {
     /// The coordinator of `kind` over `groups`.

@@ -4,7 +4,7 @@
 const NIL: u32 = u32::MAX;
 
 /// vLLM's free-block queue: a doubly linked list over block ids in eviction order, with O(1) removal from the middle.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FreeQueue {
     prev: Vec<u32>,
     next: Vec<u32>,
@@ -15,6 +15,16 @@ pub struct FreeQueue {
     /// Bumped by every change: observers re-render the queue only then.
     version: u64,
 }
+
+reuse_clone!(FreeQueue {
+    prev,
+    next,
+    linked,
+    head,
+    tail,
+    len,
+    version
+});
 
 impl FreeQueue {
     /// A queue holding `ids` in the given order, over an id space of `capacity`.

@@ -68,7 +68,7 @@ pub struct AllocateArgs<'a> {
 }
 
 /// vLLM 0.33's `KVCacheManager` over one shared pool (vllm_kv.md §5).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct KvCacheManager {
     /// The validated configuration.
     pub config: KvConfig,
@@ -84,6 +84,15 @@ pub struct KvCacheManager {
     /// (tables, maps) so that a later reset with more groups does not regrow it.
     spare_groups: Vec<GroupManager>,
 }
+
+reuse_clone!(KvCacheManager {
+    config,
+    pool,
+    groups,
+    coordinator,
+    slip,
+    spare_groups
+});
 
 impl KvCacheManager {
     /// A manager of `config`; `Err` when vLLM would refuse it.

@@ -1,6 +1,9 @@
 //! A model of vLLM 0.33.0's KV-cache management, exact in every kvtrace/1
 //! observable (`spec/research/vllm_kv.md` §0 "core subset").
 
+#[macro_use]
+mod reuse_clone;
+
 pub mod block_pool;
 pub mod changes;
 pub mod coordinator;

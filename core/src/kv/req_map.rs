@@ -9,10 +9,27 @@ use super::request::ReqId;
 const DIRECT: usize = 1 << 16;
 
 /// A map keyed by dense request ids.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ReqMap<V> {
     direct: Vec<Option<V>>,
     rest: FastMap<ReqId, V>,
+}
+
+// By hand, for a `clone_from` that reuses the storage (kv/reuse_clone.rs says why).
+impl<V: Clone> Clone for ReqMap<V> {
+    fn clone(&self) -> Self {
+        let ReqMap { direct, rest } = self;
+        ReqMap {
+            direct: direct.clone(),
+            rest: rest.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let ReqMap { direct, rest } = self;
+        direct.clone_from(&source.direct);
+        rest.clone_from(&source.rest);
+    }
 }
 
 impl<V> Default for ReqMap<V> {

@@ -30,7 +30,7 @@ impl RequestStatus {
 }
 
 /// A request as the KV manager reads it (vLLM's `Request` fields it uses).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Request {
     /// Its dense id.
     pub id: ReqId,
@@ -57,6 +57,21 @@ pub struct Request {
     /// `None` when caching is off: no hasher, no hashes (§2.5).
     hash_block_size: Option<u64>,
 }
+
+reuse_clone!(Request {
+    id,
+    tokens,
+    num_prompt_tokens,
+    num_computed_tokens,
+    num_in_flight_tokens,
+    num_output_placeholders,
+    block_hashes,
+    cache_salt,
+    shared_prefix_boundary,
+    status,
+    skip_reading_prefix_cache,
+    hash_block_size
+});
 
 impl Request {
     /// A waiting request of `prompt`; hashed when `hash_block_size` is given.

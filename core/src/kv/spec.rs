@@ -145,7 +145,7 @@ impl CoordinatorKind {
 }
 
 /// Everything the KV-cache manager is built from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct KvConfig {
     /// Blocks in the shared pool, including the null block 0.
     pub num_blocks: u32,
@@ -160,6 +160,15 @@ pub struct KvConfig {
     /// `int(watermark * num_blocks)` (§5.2); 0 in kvtrace/1.
     pub watermark_blocks: u64,
 }
+
+reuse_clone!(KvConfig {
+    num_blocks,
+    enable_caching,
+    max_model_len,
+    max_in_flight_tokens,
+    groups,
+    watermark_blocks
+});
 
 /// A configuration vLLM (or kvtrace/1) refuses.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

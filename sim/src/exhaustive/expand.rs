@@ -3,7 +3,9 @@
 //! search then folds them in frontier order, exactly as one thread would, so the
 //! report is the same for any number of threads.
 
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use kvsim_core::invariants::model::check_model;
 use kvsim_core::invariants::Violation;
@@ -21,36 +23,93 @@ pub struct Succ {
     pub fx: Effects,
     /// `None` when the op raised.
     pub fp: Option<Fingerprint>,
-    /// The successor, kept when it was not seen before the batch (or, for a raised
-    /// op, when a model error's counterexample is still wanted).
-    /// Boxed: a `Succ` is moved twice, a state is large, and most are never kept.
+    /// The successor, kept when it was not seen before the batch and will be expanded
+    /// (not at the depth bound). Boxed: a `Succ` is moved twice, a state is large, and
+    /// most are never kept.
     pub state: Option<Box<State>>,
     /// `check_model` of a kept successor.
     pub violations: Vec<Violation>,
 }
 
-/// A thread's scratch: the encoder, the action buffer, and the fresh fingerprints it
-/// already kept (a state reached twice in one chunk is kept and checked once: the
-/// search takes its first occurrence).
+/// A thread's scratch: the encoder, the action buffer, the state each op is applied to
+/// (copied over from the frontier state with `clone_from`, which reuses its storage: only
+/// a successor that is kept is cloned anew), and, on one thread, the fresh fingerprints it
+/// already kept (`Claim::Local`).
 #[derive(Default)]
 pub struct Scratch {
     enc: Encoder,
     actions: Vec<Op>,
+    state: Option<State>,
     kept: FastMap<Fingerprint, ()>,
 }
 
-/// Apply `op` to a copy of `state`. Its successor is kept (and checked) unless
-/// `seen` or this scratch already has it.
-pub fn expand_op(
-    sys: &System,
-    seen: &FastMap<Fingerprint, u32>,
-    want_error: bool,
-    state: &State,
-    op: Op,
-    x: &mut Scratch,
-) -> Succ {
-    let mut s = state.clone();
-    let fx = sys.apply(&mut s, op);
+/// What every expansion within one BFS level reads.
+#[derive(Clone, Copy)]
+pub struct Level<'a> {
+    pub sys: &'a System,
+    /// The states folded so far.
+    pub seen: &'a FastMap<Fingerprint, u32>,
+    /// A raised op's successor is still checked (no model error recorded yet).
+    pub want_error: bool,
+    /// New successors will be expanded (this is not the depth bound's level).
+    pub keep: bool,
+}
+
+/// Who checks (and keeps) a successor that `seen` does not have yet. The search takes a
+/// state's first occurrence in frontier order; both ways make that occurrence's `Succ`
+/// carry the state and its check, so the kept states are the ones one thread keeps.
+#[derive(Clone, Copy)]
+pub enum Claim<'a> {
+    /// One thread, folding each successor as it is made: the first one this scratch
+    /// meets (`Scratch::forget` after each fold).
+    Local,
+    /// Threads sharing a batch: `owners` maps a fingerprint to the earliest place in the
+    /// batch that checked it so far, and an earlier place (`at`) takes it over. The
+    /// earliest occurrence always checks; a later one checks only if it came first in time.
+    Shared {
+        owners: &'a Mutex<FastMap<Fingerprint, u64>>,
+        at: u64,
+    },
+}
+
+impl Claim<'_> {
+    fn take(self, fp: Fingerprint, kept: &mut FastMap<Fingerprint, ()>) -> bool {
+        match self {
+            Claim::Local => kept.insert(fp, ()).is_none(),
+            Claim::Shared { owners, at } => {
+                match owners.lock().expect("no thread panics holding the owners").entry(fp) {
+                    Entry::Vacant(e) => {
+                        e.insert(at);
+                        true
+                    }
+                    Entry::Occupied(mut e) if at < *e.get() => {
+                        e.insert(at);
+                        true
+                    }
+                    Entry::Occupied(_) => false,
+                }
+            }
+        }
+    }
+}
+
+/// Apply `op` to a copy of `state`. Its successor is checked unless `seen` has it or
+/// `claim` gives it to another occurrence, and then kept if `level.keep`.
+pub fn expand_op(level: Level<'_>, state: &State, op: Op, x: &mut Scratch, claim: Claim<'_>) -> Succ {
+    let Level {
+        sys,
+        seen,
+        want_error,
+        keep,
+    } = level;
+    let s = match &mut x.state {
+        Some(s) => {
+            s.clone_from(state);
+            s
+        }
+        none => none.insert(state.clone()),
+    };
+    let fx = sys.apply(s, op);
     if fx.error.is_some() {
         let violations = if want_error {
             check_model(&s.kv, &[])
@@ -61,18 +120,18 @@ pub fn expand_op(
             op,
             fx,
             fp: None,
-            state: want_error.then(|| Box::new(s)),
+            state: None,
             violations,
         };
     }
-    let fp = x.enc.fingerprint(&s);
-    let fresh = !seen.contains_key(&fp) && x.kept.insert(fp, ()).is_none();
+    let fp = x.enc.fingerprint(s);
+    let fresh = !seen.contains_key(&fp) && claim.take(fp, &mut x.kept);
     Succ {
         op,
         fx,
         fp: Some(fp),
         violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
-        state: fresh.then(|| Box::new(s)),
+        state: (fresh && keep).then(|| Box::new(s.clone())),
     }
 }
 
@@ -83,18 +142,22 @@ impl Scratch {
     }
 }
 
+/// The successors of `state`, the `index`-th state of its batch.
 fn expand_one(
-    sys: &System,
-    seen: &FastMap<Fingerprint, u32>,
-    want_error: bool,
-    state: &State,
+    level: Level<'_>,
+    owners: &Mutex<FastMap<Fingerprint, u64>>,
+    (index, state): (usize, &State),
     x: &mut Scratch,
     out: &mut Vec<Succ>,
 ) -> u32 {
     let mut actions = std::mem::take(&mut x.actions);
-    sys.actions(state, &mut actions);
-    for &op in &actions {
-        out.push(expand_op(sys, seen, want_error, state, op, x));
+    level.sys.actions(state, &mut actions);
+    for (j, &op) in actions.iter().enumerate() {
+        let claim = Claim::Shared {
+            owners,
+            at: (index as u64) << 32 | j as u64,
+        };
+        out.push(expand_op(level, state, op, x, claim));
     }
     let n = actions.len() as u32;
     x.actions = actions;
@@ -112,38 +175,28 @@ pub struct Expanded {
     pub counts: Vec<u32>,
 }
 
-/// The successors of each state of `batch`, in order.
-pub fn expand(
-    sys: &System,
-    seen: &FastMap<Fingerprint, u32>,
-    want_error: bool,
-    batch: &[(u32, State)],
-    jobs: usize,
-) -> Expanded {
-    let run = |part: &[(u32, State)]| {
-        let mut scratch = Scratch::default();
-        let mut out = Expanded::default();
-        for (_, s) in part {
-            let n = expand_one(sys, seen, want_error, s, &mut scratch, &mut out.succs);
-            out.counts.push(n);
-        }
-        out
-    };
-    if batch.len() <= CHUNK {
-        return run(batch);
-    }
-    let chunks: Vec<&[(u32, State)]> = batch.chunks(CHUNK).collect();
+/// The successors of each state of `batch`, in order, made on `jobs` threads.
+pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Expanded {
+    let owners = Mutex::new(FastMap::default());
+    let chunks: Vec<&[(u32, Box<State>)]> = batch.chunks(CHUNK).collect();
     let next = AtomicUsize::new(0);
     let mut done: Vec<(usize, Expanded)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs.min(chunks.len()))
             .map(|_| {
-                let (chunks, next) = (&chunks, &next);
+                let (chunks, next, owners) = (&chunks, &next, &owners);
                 scope.spawn(move || {
+                    let mut scratch = Scratch::default();
                     let mut out = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(part) = chunks.get(i) else { break out };
-                        out.push((i, run(part)));
+                        let mut e = Expanded::default();
+                        for (k, (_, s)) in part.iter().enumerate() {
+                            let at = (i * CHUNK + k, &**s);
+                            let n = expand_one(level, owners, at, &mut scratch, &mut e.succs);
+                            e.counts.push(n);
+                        }
+                        out.push((i, e));
                     }
                 })
             })
@@ -161,4 +214,59 @@ pub fn expand(
         all.counts.append(&mut e.counts);
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Bounds;
+    use super::*;
+
+    /// The state after taking, at each step, the `pick`-th enabled op (cyclically).
+    fn walk(sys: &System, picks: &[usize]) -> State {
+        let mut s = sys.init();
+        let mut actions = Vec::new();
+        for &pick in picks {
+            sys.actions(&s, &mut actions);
+            let op = actions[pick % actions.len()];
+            let _ = sys.apply(&mut s, op);
+        }
+        s
+    }
+
+    /// `clone_from` over any other state (its storage reused) is a clone: every field
+    /// equal (the `Debug` text shows them all, maps in their layout order), and the two
+    /// go on alike under every enabled op.
+    #[test]
+    fn a_state_copied_over_another_is_a_clone() {
+        let walks: [&[usize]; 5] = [
+            &[],
+            &[0, 1, 2, 3],
+            &[5, 0, 7, 1, 1, 2],
+            &[0, 0, 0, 0, 9, 4, 4],
+            &[3, 8, 2, 6, 0, 1, 5, 7],
+        ];
+        for bounds in [Bounds::default(), Bounds::hybrid()] {
+            let sys = bounds.system(None);
+            for from in walks {
+                for over in walks {
+                    let source = walk(&sys, from);
+                    let mut copy = walk(&sys, over);
+                    copy.clone_from(&source);
+                    assert_eq!(
+                        format!("{copy:?}"),
+                        format!("{:?}", source.clone()),
+                        "{from:?} over {over:?}"
+                    );
+                    let mut actions = Vec::new();
+                    sys.actions(&source, &mut actions);
+                    for &op in &actions {
+                        let (mut a, mut b) = (source.clone(), copy.clone());
+                        let (fa, fb) = (sys.apply(&mut a, op), sys.apply(&mut b, op));
+                        assert_eq!(fa.error, fb.error);
+                        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{op} after {from:?} over {over:?}");
+                    }
+                }
+            }
+        }
+    }
 }

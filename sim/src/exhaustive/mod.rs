@@ -136,40 +136,47 @@ impl Search<'_> {
             self.report.first_violation = Some(self.counterexample(0, None, violations, None));
             return;
         }
-        let mut frontier: Vec<(u32, State)> = vec![(0, root)];
+        let mut frontier: Vec<(u32, Box<State>)> = vec![(0, Box::new(root))];
         for depth in 0..self.bounds.max_ops {
             self.report.max_frontier = self.report.max_frontier.max(frontier.len());
             // States first reached at the depth bound are checked, never expanded.
             let keep = depth + 1 < self.bounds.max_ops;
             let mut next = Vec::new();
+            // Each frontier state is dropped once expanded, so this level's states and the
+            // next level's are not all held at once (they are most of the search's memory,
+            // and fresh memory costs page faults).
+            let mut states = std::mem::take(&mut frontier).into_iter();
             if self.jobs <= 1 {
                 // One thread: each successor folded as soon as it is made (no batch held).
                 let (mut scratch, mut actions) = (expand::Scratch::default(), Vec::new());
-                for (id, state) in &frontier {
+                for (id, state) in states {
                     self.succ_start.push(self.succ.len());
-                    self.sys.actions(state, &mut actions);
+                    self.sys.actions(&state, &mut actions);
                     for &op in &actions {
-                        let want_error = self.report.first_model_error.is_none();
-                        let x = expand::expand_op(&self.sys, &self.seen, want_error, state, op, &mut scratch);
+                        let level = self.level(keep);
+                        let x = expand::expand_op(level, &state, op, &mut scratch, expand::Claim::Local);
                         scratch.forget();
-                        if !self.step(*id, x, keep.then_some(&mut next)) {
+                        if !self.step(id, x, keep.then_some(&mut next)) {
                             self.report.depth = depth;
                             return;
                         }
                     }
                 }
-            }
-            let batches = if self.jobs > 1 { frontier.len() } else { 0 };
-            for batch in frontier[..batches].chunks(expand::BATCH) {
-                let want_error = self.report.first_model_error.is_none();
-                let expanded = expand::expand(&self.sys, &self.seen, want_error, batch, self.jobs);
-                let mut succs = expanded.succs.into_iter();
-                for ((id, _), &n) in batch.iter().zip(&expanded.counts) {
-                    self.succ_start.push(self.succ.len());
-                    for x in succs.by_ref().take(n as usize) {
-                        if !self.step(*id, x, keep.then_some(&mut next)) {
-                            self.report.depth = depth;
-                            return;
+            } else {
+                loop {
+                    let batch: Vec<(u32, Box<State>)> = states.by_ref().take(expand::BATCH).collect();
+                    if batch.is_empty() {
+                        break;
+                    }
+                    let expanded = expand::expand(self.level(keep), &batch, self.jobs);
+                    let mut succs = expanded.succs.into_iter();
+                    for ((id, _), &n) in batch.iter().zip(&expanded.counts) {
+                        self.succ_start.push(self.succ.len());
+                        for x in succs.by_ref().take(n as usize) {
+                            if !self.step(*id, x, keep.then_some(&mut next)) {
+                                self.report.depth = depth;
+                                return;
+                            }
                         }
                     }
                 }
@@ -184,9 +191,19 @@ impl Search<'_> {
         self.report.depth = self.bounds.max_ops;
     }
 
+    /// What expanding a state of this level reads now.
+    fn level(&self, keep: bool) -> expand::Level<'_> {
+        expand::Level {
+            sys: &self.sys,
+            seen: &self.seen,
+            want_error: self.report.first_model_error.is_none(),
+            keep,
+        }
+    }
+
     /// Take one successor of state `id` (applied by `expand`), keeping a new state in
     /// `next` if given; false once a violation is found.
-    fn step(&mut self, id: u32, x: expand::Succ, next: Option<&mut Vec<(u32, State)>>) -> bool {
+    fn step(&mut self, id: u32, x: expand::Succ, next: Option<&mut Vec<(u32, Box<State>)>>) -> bool {
         let op = x.op;
         self.report.ops += 1;
         for e in x.fx.events() {
@@ -208,8 +225,8 @@ impl Search<'_> {
             self.succ.push(known);
             return true;
         }
-        // Not seen now, so not seen before the batch either: `expand` kept and checked it.
-        let s = *x.state.expect("a new successor is kept");
+        // Not seen now, so not seen before the batch either: `expand` checked it (and
+        // kept it, unless it is at the depth bound).
         if !x.violations.is_empty() {
             self.report.first_violation = Some(self.counterexample(id, Some(op), x.violations, None));
             return false;
@@ -219,7 +236,7 @@ impl Search<'_> {
         self.parent.push((id, Some(op)));
         self.succ.push(new);
         if let Some(next) = next {
-            next.push((new, s));
+            next.push((new, x.state.expect("a new successor to expand is kept")));
         }
         true
     }

@@ -154,17 +154,51 @@ impl Effects {
 }
 
 /// A live request: the manager's view and the replayer's uncommitted allocation.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Slot {
     pub req: Request,
     pub uncommitted: Option<u64>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct State {
     pub kv: KvCacheManager,
     /// One per request slot; `None` when not live.
     pub slots: Vec<Option<Slot>>,
+}
+
+// By hand, for a `clone_from` that reuses the target's storage: the search copies a state
+// into one scratch state per transition (kvsim_core's kv/reuse_clone.rs).
+impl Clone for Slot {
+    fn clone(&self) -> Self {
+        let Slot { req, uncommitted } = self;
+        Slot {
+            req: req.clone(),
+            uncommitted: *uncommitted,
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let Slot { req, uncommitted } = self;
+        req.clone_from(&source.req);
+        *uncommitted = source.uncommitted;
+    }
+}
+
+impl Clone for State {
+    fn clone(&self) -> Self {
+        let State { kv, slots } = self;
+        State {
+            kv: kv.clone(),
+            slots: slots.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let State { kv, slots } = self;
+        kv.clone_from(&source.kv);
+        slots.clone_from(&source.slots);
+    }
 }
 
 /// The fixed parameters: config, one prompt per slot, the output budget.

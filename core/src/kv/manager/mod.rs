@@ -20,7 +20,7 @@ use super::request::{ReqId, Request};
 use super::spec::{GroupKind, GroupSpec, MambaMode};
 
 /// One cache group's manager (full, sliding window, chunked local, Mamba; vllm_kv.md §3).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct GroupManager {
     /// Its group id.
     pub group_id: u32,
@@ -43,6 +43,21 @@ pub struct GroupManager {
     /// A deliberate slip (issue 19), off in every real run.
     pub(crate) slip: Option<ManagerSlip>,
 }
+
+reuse_clone!(GroupManager {
+    group_id,
+    spec,
+    enable_caching,
+    cache_hit_alignment,
+    admission_cap,
+    tables,
+    num_cached,
+    allocated,
+    last_state_idx,
+    num_retired,
+    cached_this_step,
+    slip
+});
 
 #[inline]
 fn cdiv(a: i64, b: i64) -> i64 {

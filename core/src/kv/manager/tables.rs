@@ -8,14 +8,16 @@ use crate::kv::changes::TableChanges;
 use crate::kv::req_map::ReqMap;
 use crate::kv::request::ReqId;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct Stamped {
     blocks: Vec<u32>,
     /// The version of this table's last mutable access.
     stamp: u64,
 }
 
-#[derive(Clone, Debug, Default)]
+reuse_clone!(Stamped { blocks, stamp });
+
+#[derive(Debug, Default)]
 pub struct Tables {
     map: ReqMap<Stamped>,
     spare: Vec<Vec<u32>>,
@@ -23,6 +25,13 @@ pub struct Tables {
     /// Requests whose table may have changed since a watcher last looked.
     pub(crate) changes: TableChanges,
 }
+
+reuse_clone!(Tables {
+    map,
+    spare,
+    version,
+    changes
+});
 
 impl Tables {
     #[inline]
