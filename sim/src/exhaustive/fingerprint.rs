@@ -20,6 +20,7 @@ const UNNAMED: u32 = u32::MAX;
 /// Reused encoding buffers (the search fingerprints every transition).
 #[derive(Default)]
 pub struct Encoder {
+    /// Room for the encoding; grown when an encoding did not fit (then it is redone).
     bytes: Vec<u8>,
     /// Block id → its canonical name.
     name: Vec<u32>,
@@ -32,11 +33,21 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn fingerprint(&mut self, s: &State) -> Fingerprint {
-        self.bytes.clear();
         self.rename(s);
-        self.encode_pool(s);
-        self.encode_requests(s);
-        xxh3_128(&self.bytes)
+        loop {
+            let mut bytes = std::mem::take(&mut self.bytes);
+            let mut out = Out { buf: &mut bytes, at: 0 };
+            self.encode_pool(s, &mut out);
+            self.encode_requests(s, &mut out);
+            let len = out.at;
+            if len <= bytes.len() {
+                let fp = xxh3_128(&bytes[..len]);
+                self.bytes = bytes;
+                return fp;
+            }
+            bytes.resize(len.next_power_of_two(), 0);
+            self.bytes = bytes;
+        }
     }
 
     /// Name blocks 1, 2, ... in order of first appearance: each slot's tables (group
@@ -64,35 +75,24 @@ impl Encoder {
         (0..n).for_each(see);
     }
 
-    fn u32(&mut self, v: u32) {
-        self.bytes.extend_from_slice(&v.to_le_bytes());
-    }
-
-    fn u64(&mut self, v: u64) {
-        self.bytes.extend_from_slice(&v.to_le_bytes());
-    }
-
-    fn u128(&mut self, v: u128) {
-        self.bytes.extend_from_slice(&v.to_le_bytes());
-    }
-
     /// Per block in canonical order: ref count and hash tag; secondary keys; the
     /// free queue in order; and
     /// the prefix-cache map sorted by key with each key's blocks in insertion order
     /// (the order lookups depend on). Versions and scratch buffers are left out:
     /// only observers read them.
-    fn encode_pool(&mut self, s: &State) {
+    #[inline(always)]
+    fn encode_pool(&mut self, s: &State, out: &mut Out<'_>) {
         let p = &s.kv.pool;
         for k in 0..self.order.len() {
             let b = self.order[k];
-            self.u32(p.ref_cnt(b));
+            out.u32(p.ref_cnt(b));
             match p.block_hash(b) {
-                None => self.bytes.push(0),
+                None => out.u8(0),
                 Some(tag) => {
-                    self.bytes.push(1);
-                    self.u128(tag.key.hash);
-                    self.u32(tag.key.group);
-                    self.u64(tag.num_tokens);
+                    out.u8(1);
+                    out.u128(tag.key.hash);
+                    out.u32(tag.key.group);
+                    out.u64(tag.num_tokens);
                 }
             }
         }
@@ -100,14 +100,14 @@ impl Encoder {
         p.for_each_secondary(|b, key| secondary.push((self.name[b as usize], key.hash, key.group)));
         secondary.sort_unstable();
         for (b, hash, group) in secondary {
-            self.u32(b);
-            self.u128(hash);
-            self.u32(group);
+            out.u32(b);
+            out.u128(hash);
+            out.u32(group);
         }
-        self.u32(u32::MAX);
-        self.u32(p.num_free_blocks() as u32);
+        out.u32(u32::MAX);
+        out.u32(p.num_free_blocks() as u32);
         for b in p.free_queue() {
-            self.u32(self.name[b as usize]);
+            out.u32(self.name[b as usize]);
         }
         let (mut entries, mut ids) = (std::mem::take(&mut self.entries), std::mem::take(&mut self.entry_ids));
         entries.clear();
@@ -119,12 +119,12 @@ impl Encoder {
         });
         // Keys are unique in the map, so the sort never compares the ranges.
         entries.sort_unstable();
-        self.u32(entries.len() as u32);
+        out.u32(entries.len() as u32);
         for &(hash, group, start, end) in &entries {
-            self.u128(hash);
-            self.u32(group);
-            self.u32((end - start) as u32);
-            ids[start..end].iter().for_each(|&b| self.u32(b));
+            out.u128(hash);
+            out.u32(group);
+            out.u32((end - start) as u32);
+            ids[start..end].iter().for_each(|&b| out.u32(b));
         }
         (self.entries, self.entry_ids) = (entries, ids);
     }
@@ -133,28 +133,67 @@ impl Encoder {
     /// per slot: liveness, status, token counts, the uncommitted allocation and the
     /// shared-prefix boundary. A slot's tokens are its fixed prompt followed by the
     /// toy model's outputs, so their count determines them (and the block hashes).
-    fn encode_requests(&mut self, s: &State) {
+    #[inline(always)]
+    fn encode_requests(&mut self, s: &State, out: &mut Out<'_>) {
         for m in &s.kv.groups {
             for r in 0..s.slots.len() as u32 {
                 let (table, stamp) = m.table_stamped(r);
-                self.bytes.push(u8::from(stamp.is_some()));
-                self.u32(table.len() as u32);
-                table.iter().for_each(|&b| self.u32(self.name[b as usize]));
-                self.u64(m.num_cached_blocks(r).map_or(u64::MAX, |n| n as u64));
+                out.u8(u8::from(stamp.is_some()));
+                out.u32(table.len() as u32);
+                table.iter().for_each(|&b| out.u32(self.name[b as usize]));
+                out.u64(m.num_cached_blocks(r).map_or(u64::MAX, |n| n as u64));
             }
         }
         for slot in &s.slots {
             let Some(slot) = slot else {
-                self.bytes.push(0);
+                out.u8(0);
                 continue;
             };
             let q = &slot.req;
-            self.bytes.push(1 + status_code(q.status));
-            self.u64(q.num_computed_tokens);
-            self.u64(q.num_tokens());
-            self.u64(slot.uncommitted.map_or(u64::MAX, |n| n));
-            self.u64(q.shared_prefix_boundary);
+            out.u8(1 + status_code(q.status));
+            out.u64(q.num_computed_tokens);
+            out.u64(q.num_tokens());
+            out.u64(slot.uncommitted.map_or(u64::MAX, |n| n));
+            out.u64(q.shared_prefix_boundary);
         }
+    }
+}
+
+/// The encoding's writer: a slice and the place of the next byte, locals of `fingerprint`
+/// once inlined (a push per field onto a vector in `self` reloaded its length and capacity
+/// at every write). Past the end it only counts, and `fingerprint` makes room and redoes it.
+struct Out<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Out<'_> {
+    #[inline(always)]
+    fn put<const N: usize>(&mut self, v: [u8; N]) {
+        if let Some(dst) = self.buf.get_mut(self.at..self.at + N) {
+            dst.copy_from_slice(&v);
+        }
+        self.at += N;
+    }
+
+    #[inline(always)]
+    fn u8(&mut self, v: u8) {
+        self.put([v]);
+    }
+
+    #[inline(always)]
+    fn u32(&mut self, v: u32) {
+        self.put(v.to_le_bytes());
+    }
+
+    #[inline(always)]
+    fn u64(&mut self, v: u64) {
+        self.put(v.to_le_bytes());
+    }
+
+    #[inline(always)]
+    fn u128(&mut self, v: u128) {
+        self.put(v.to_le_bytes());
     }
 }
 
