@@ -168,15 +168,16 @@ fn expand_one(
 /// descheduled (a loaded machine) holds up little of the batch.
 const CHUNK: usize = 64;
 
-/// A batch's successors, flat in frontier order; `counts[i]` of them are state i's.
+/// A chunk's successors, flat in frontier order; `counts[i]` of them are state i's.
 #[derive(Default)]
 pub struct Expanded {
     pub succs: Vec<Succ>,
     pub counts: Vec<u32>,
 }
 
-/// The successors of each state of `batch`, in order, made on `jobs` threads.
-pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Expanded {
+/// The successors of each state of `batch`, made on `jobs` threads: one `Expanded` per
+/// chunk of `CHUNK` states, in frontier order.
+pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Vec<Expanded> {
     let owners = Mutex::new(FastMap::default());
     let chunks: Vec<&[(u32, Box<State>)]> = batch.chunks(CHUNK).collect();
     let next = AtomicUsize::new(0);
@@ -190,7 +191,10 @@ pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Exp
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(part) = chunks.get(i) else { break out };
-                        let mut e = Expanded::default();
+                        let mut e = Expanded {
+                            succs: Vec::with_capacity(16 * part.len()),
+                            counts: Vec::with_capacity(part.len()),
+                        };
                         for (k, (_, s)) in part.iter().enumerate() {
                             let at = (i * CHUNK + k, &**s);
                             let n = expand_one(level, owners, at, &mut scratch, &mut e.succs);
@@ -206,14 +210,10 @@ pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Exp
             .flat_map(|h| h.join().expect("an expansion thread panicked"))
             .collect()
     });
-    // Back in frontier order, whichever thread took which chunk.
+    // Back in frontier order, whichever thread took which chunk; the chunks' lists
+    // are read in turn, not copied into one.
     done.sort_unstable_by_key(|(i, _)| *i);
-    let mut all = Expanded::default();
-    for (_, mut e) in done {
-        all.succs.append(&mut e.succs);
-        all.counts.append(&mut e.counts);
-    }
-    all
+    done.into_iter().map(|(_, e)| e).collect()
 }
 
 #[cfg(test)]

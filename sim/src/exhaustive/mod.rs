@@ -168,9 +168,10 @@ impl Search<'_> {
                     if batch.is_empty() {
                         break;
                     }
-                    let expanded = expand::expand(self.level(keep), &batch, self.jobs);
-                    let mut succs = expanded.succs.into_iter();
-                    for ((id, _), &n) in batch.iter().zip(&expanded.counts) {
+                    let chunks = expand::expand(self.level(keep), &batch, self.jobs);
+                    let counts: Vec<u32> = chunks.iter().flat_map(|e| e.counts.iter().copied()).collect();
+                    let mut succs = chunks.into_iter().flat_map(|e| e.succs);
+                    for ((id, _), n) in batch.iter().zip(counts) {
                         self.succ_start.push(self.succ.len());
                         for x in succs.by_ref().take(n as usize) {
                             if !self.step(*id, x, keep.then_some(&mut next)) {
