@@ -134,6 +134,27 @@ fn list_item(w: u64) -> Option<(u64, usize, bool)> {
     Some((n, len as usize, next == b']'))
 }
 
+/// The run of common items (see `list_item`) of a token list from `i`, appended
+/// to `tokens`: the position after the last one read, and whether it closed the
+/// list. A function of its own, so that its loop has the registers to itself.
+#[inline(never)]
+fn items(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
+    let Some(mut rest) = b.get(i..) else {
+        return (i, false);
+    };
+    while let Some(w) = rest.first_chunk::<8>() {
+        let Some((n, len, close)) = list_item(u64::from_le_bytes(*w)) else {
+            break;
+        };
+        tokens.push(n);
+        rest = &rest[len + 1..];
+        if close {
+            return (b.len() - rest.len(), true);
+        }
+    }
+    (b.len() - rest.len(), false)
+}
+
 struct Parser<'a> {
     s: &'a str,
     b: &'a [u8],
@@ -433,6 +454,13 @@ impl<'a> Parser<'a> {
             loop {
                 let (op, at) = t.op(i, &mut data, &mut seen)?;
                 ops.push(op);
+                // Traces are written an op a line: a comma and one newline are read here.
+                if let Some(b",\n") = self.b.get(at..at + 2) {
+                    if self.b.get(at + 2).is_some_and(|&c| c > b' ') {
+                        i = at + 2;
+                        continue;
+                    }
+                }
                 let (more, at) = t.more(at, b']')?;
                 i = at;
                 if !more {
@@ -602,9 +630,9 @@ impl<'a> Text<'a> {
         f(self, i).map(|(v, at)| (Some(v), at))
     }
 
-    /// A list of integers appended to `tokens`. The common item (fewer than 8
-    /// digits, then a comma or the closing bracket) is read from one word; any
-    /// other item is read as `uint` and `more` read what follows it.
+    /// A list of integers appended to `tokens`. Runs of the common item (see
+    /// `list_item`) are read by `items`; any other item is read as `uint`, and
+    /// `more` reads what follows it.
     #[inline(always)]
     fn tokens(self, i: usize, tokens: &mut Vec<u64>) -> Option<(Span, usize)> {
         let (b, start) = (self.b, tokens.len());
@@ -616,16 +644,13 @@ impl<'a> Text<'a> {
             i += 1;
         } else {
             loop {
-                if let Some((n, len, close)) = word_at(b, i).and_then(list_item) {
-                    tokens.push(n);
-                    i += len + 1;
-                    if close {
-                        break;
-                    }
-                    i = self.ws(i);
-                    continue;
+                let (at, closed) = items(b, i, tokens);
+                i = at;
+                if closed {
+                    break;
                 }
-                let (n, at) = self.uint(i)?;
+                // An uncommon item, or whitespace after a comma.
+                let (n, at) = self.uint(self.ws(i))?;
                 tokens.push(n);
                 let (more, at) = self.more(at, b']')?;
                 i = at;
@@ -1236,6 +1261,13 @@ mod tests {
             "\u{feff}{}",
         ] {
             agree(text);
+        }
+        // The ops list's separators around the one-newline fast path.
+        let free = r#"{"op":"free","id":"r1"}"#;
+        for sep in [",\n", ",\n ", ",\n\n", ",\n\t", ", \n", ",\r\n", ",\n,", ",\n]"] {
+            agree(&format!("{head}{free}{sep}{free}]}}"));
+            agree(&format!("{head}{free}{sep}]}}"));
+            agree(&format!("{head}{free}{sep}"));
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         agree(&format!("{head}{}]}}", edge_ops().join(",")));
