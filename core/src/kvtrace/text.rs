@@ -14,8 +14,10 @@ use serde_json::Value;
 
 use super::compile::{offset, Alloc, Commit, Op, OpData, Span};
 use super::compiled::{compile, compile_parts, CompiledTrace};
+use super::config::parse_config;
 use super::ops::{key_of, Key};
 use super::TraceError;
+use crate::kv::{GroupKind, GroupSpec, KvConfig, MambaMode};
 
 /// Compile a trace file's text: what `compile(&serde_json::from_str(text)?)`
 /// returns (a text that is not JSON is `TraceError::Json`), made without the tree.
@@ -46,7 +48,7 @@ pub(super) fn direct(text: &str) -> Option<CompiledTrace> {
             match key {
                 "ops" if compiled.is_none() => compiled = Some(p.ops()?),
                 "format" if format.is_none() => format = Some(p.string()?),
-                "config" if config.is_none() => config = Some(p.skip_value(0)?),
+                "config" if config.is_none() => config = Some(p.config_or_text()?),
                 "ops" | "format" | "config" => return None,
                 _ => {
                     p.skip_value(0)?;
@@ -63,9 +65,108 @@ pub(super) fn direct(text: &str) -> Option<CompiledTrace> {
     if p.i != p.b.len() || format? != "kvtrace/1" {
         return None;
     }
-    let config: Value = serde_json::from_str(config?).ok()?;
+    let config = match config? {
+        ConfigText::Read(cfg) => Ok(cfg),
+        ConfigText::Text(text) => parse_config(&serde_json::from_str::<Value>(text).ok()?),
+    };
     let (ops, data) = compiled?;
-    Some(compile_parts(&config, || (ops, data)))
+    Some(compile_parts(config, || (ops, data)))
+}
+
+/// The trace's `config`: read into the `KvConfig` that `parse_config` would
+/// make of it, or (anything `Parser::config` does not read) its text, for
+/// serde_json and `parse_config`.
+enum ConfigText<'a> {
+    Read(KvConfig),
+    Text(&'a str),
+}
+
+/// Store a field's value, unless the field was seen already (`None`: a
+/// duplicate key, which the direct pass leaves to serde_json).
+fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(v);
+    Some(())
+}
+
+/// A config's fields as `Parser::config` reads them.
+#[derive(Default)]
+struct ConfigFields<'a> {
+    num_blocks: Option<u64>,
+    enable_caching: Option<bool>,
+    max_model_len: Option<u64>,
+    block_size: Option<u64>,
+    max_in_flight_tokens: Option<u64>,
+    groups: Option<Vec<GroupFields<'a>>>,
+}
+
+/// A group's fields as `Parser::config` reads them.
+#[derive(Default)]
+struct GroupFields<'a> {
+    block_size: Option<u64>,
+    kind: Option<&'a str>,
+    sliding_window: Option<u64>,
+    attention_chunk_size: Option<u64>,
+    mamba_cache_mode: Option<&'a str>,
+}
+
+impl ConfigFields<'_> {
+    /// What `parse_config` makes of these fields, if it accepts them (`None` where it refuses).
+    fn config(self) -> Option<KvConfig> {
+        let num_blocks = u32::try_from(self.num_blocks.filter(|&n| n >= 2)?).ok()?;
+        let max_model_len = self.max_model_len.filter(|&n| n >= 2)?;
+        let block_size = self.block_size.filter(|&n| n >= 1)?;
+        let max_in_flight_tokens = match self.max_in_flight_tokens {
+            None => max_model_len,
+            Some(0) => return None,
+            Some(n) => n,
+        };
+        let groups: Vec<GroupSpec> = self.groups?.iter().map(|g| g.spec(block_size)).collect::<Option<_>>()?;
+        if groups.is_empty() {
+            return None;
+        }
+        let cfg = KvConfig {
+            num_blocks,
+            enable_caching: self.enable_caching?,
+            max_model_len,
+            max_in_flight_tokens,
+            groups,
+            watermark_blocks: 0,
+        };
+        cfg.validate().ok()?;
+        Some(cfg)
+    }
+}
+
+impl GroupFields<'_> {
+    /// The group `parse_config` makes of these fields (`block_size` the config's).
+    fn spec(&self, block_size: u64) -> Option<GroupSpec> {
+        let block_size = self.block_size.unwrap_or(block_size);
+        if block_size < 1 {
+            return None;
+        }
+        let kind = match self.kind? {
+            "full_attention" => GroupKind::FullAttention,
+            "mla" => GroupKind::Mla,
+            "sliding_window" => GroupKind::SlidingWindow {
+                sliding_window: self.sliding_window.filter(|&n| n >= 2)?,
+            },
+            "chunked_local" => GroupKind::ChunkedLocal {
+                attention_chunk_size: self.attention_chunk_size.filter(|&n| n >= 1)?,
+            },
+            "mamba" => GroupKind::Mamba {
+                mamba_cache_mode: match self.mamba_cache_mode? {
+                    "none" => MambaMode::None,
+                    "align" => MambaMode::Align,
+                    _ => return None,
+                },
+            },
+            _ => return None,
+        };
+        Some(GroupSpec { kind, block_size })
+    }
 }
 
 /// Eight bytes of `b` from `i` as one little-endian word, if there are eight.
@@ -363,6 +464,80 @@ impl<'a> Parser<'a> {
             b'f' => self.literal(b"false").map(|_| false),
             _ => None,
         }
+    }
+
+    /// The `config` value: read directly where `config` reads it, else skipped as text.
+    fn config_or_text(&mut self) -> Option<ConfigText<'a>> {
+        let start = self.i;
+        if let Some(cfg) = self.config() {
+            return Some(ConfigText::Read(cfg));
+        }
+        self.i = start;
+        Some(ConfigText::Text(self.skip_value(0)?))
+    }
+
+    /// The `config` object read straight into the `KvConfig` that `parse_config`
+    /// makes of it, when it accepts it and every field it reads is of the plain
+    /// form this pass reads (`None` for anything else, left to serde_json and
+    /// `parse_config`, whose errors are then the ones reported).
+    fn config(&mut self) -> Option<KvConfig> {
+        let mut c = ConfigFields::default();
+        self.members(|p, key| match key {
+            "num_blocks" => once(&mut c.num_blocks, p.int()?),
+            "enable_caching" => once(&mut c.enable_caching, p.flag()?),
+            "max_model_len" => once(&mut c.max_model_len, p.int()?),
+            "block_size" => once(&mut c.block_size, p.int()?),
+            "max_in_flight_tokens" => once(&mut c.max_in_flight_tokens, p.int()?),
+            "groups" => once(&mut c.groups, p.groups()?),
+            _ => p.skip_value(1).map(drop),
+        })?;
+        c.config()
+    }
+
+    /// The config's `groups` list, each group's fields read.
+    fn groups(&mut self) -> Option<Vec<GroupFields<'a>>> {
+        let mut groups = Vec::new();
+        self.eat(b'[')?;
+        self.ws();
+        if self.eat(b']').is_some() {
+            return Some(groups);
+        }
+        loop {
+            let mut g = GroupFields::default();
+            self.members(|p, key| match key {
+                "block_size" => once(&mut g.block_size, p.int()?),
+                "kind" => once(&mut g.kind, p.string()?),
+                "sliding_window" => once(&mut g.sliding_window, p.int()?),
+                "attention_chunk_size" => once(&mut g.attention_chunk_size, p.int()?),
+                "mamba_cache_mode" => once(&mut g.mamba_cache_mode, p.string()?),
+                _ => p.skip_value(3).map(drop),
+            })?;
+            groups.push(g);
+            if !self.more(b']')? {
+                return Some(groups);
+            }
+        }
+    }
+
+    /// A non-empty object's members: `member` reads each one's value, handed its key.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        loop {
+            let key = self.string()?;
+            self.colon()?;
+            member(self, key)?;
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// `Text::uint` here.
+    fn int(&mut self) -> Option<u64> {
+        let (n, at) = Text { s: self.s, b: self.b }.uint(self.i)?;
+        self.i = at;
+        Some(n)
     }
 
     /// Skip one JSON value, checking its syntax; returns its text. Strings with
@@ -1180,6 +1355,130 @@ mod tests {
             }
         }
         assert!(n > 50, "{n} traces");
+    }
+
+    /// Configs around the direct reading of `config`: every field of every
+    /// kind, at and past its limits, of the wrong type, missing, repeated,
+    /// escaped or spaced; each compiles as serde_json and `parse_config` read it.
+    #[test]
+    fn configs_read_directly_agree_with_parse_config() {
+        let ops = r#""ops":[{"op":"new_step"},{"op":"free","id":"r1"}]"#;
+        let base = r#""block_size":4,"enable_caching":true,"max_model_len":64,"num_blocks":8"#;
+        let groups = [
+            r#"{"kind":"full_attention"}"#,
+            r#"{"kind":"mla","block_size":8}"#,
+            r#"{"kind":"sliding_window","sliding_window":8}"#,
+            r#"{"kind":"sliding_window","sliding_window":2}"#,
+            r#"{"kind":"sliding_window","sliding_window":1}"#,
+            r#"{"kind":"sliding_window"}"#,
+            r#"{"kind":"sliding_window","sliding_window":null}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":8}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":6}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":0}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"align"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"none"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"other"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":null}"#,
+            r#"{"kind":"mamba"}"#,
+            r#"{"kind":"full_attention","block_size":0}"#,
+            r#"{"kind":"full_attention","block_size":null}"#,
+            r#"{"kind":"full_attention","block_size":2.0}"#,
+            r#"{"kind":"full_attention","block_size":1099511627777}"#,
+            r#"{"kind":"full_attention","sliding_window":"x","extra":[1,{"a":null}]}"#,
+            r#"{"kind":"full_attention","kind":"mla"}"#,
+            r#"{"kind":"Full_attention"}"#,
+            r#"{"kind":"full_attention\u0000"}"#,
+            r#"{"ki\u006ed":"full_attention"}"#,
+            r#"{"kind":null}"#,
+            r#"{"kind":3}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#"null"#,
+            r#" { "kind" : "full_attention" , "block_size" : 4 } "#,
+        ];
+        let mut texts = Vec::new();
+        for g in groups {
+            texts.push(format!("{base},\"groups\":[{g}]"));
+            texts.push(format!("{base},\"groups\":[{g},{{\"kind\":\"full_attention\"}}]"));
+            texts.push(format!("\"groups\":[{g}],{base}"));
+        }
+        let fields = [
+            r#""num_blocks":2"#,
+            r#""num_blocks":1"#,
+            r#""num_blocks":0"#,
+            r#""num_blocks":4294967295"#,
+            r#""num_blocks":4294967296"#,
+            r#""num_blocks":-3"#,
+            r#""num_blocks":8.0"#,
+            r#""num_blocks":8e0"#,
+            r#""num_blocks":"8""#,
+            r#""num_blocks":null"#,
+            r#""num_blocks":true"#,
+            r#""num_blocks":18446744073709551615"#,
+            r#""num_blocks":8,"num_blocks":9"#,
+            r#""num\u005fblocks":8"#,
+            r#""enable_caching":false"#,
+            r#""enable_caching":null"#,
+            r#""enable_caching":1"#,
+            r#""enable_caching":"true""#,
+            r#""max_model_len":1"#,
+            r#""max_model_len":2"#,
+            r#""max_model_len":1099511627776"#,
+            r#""max_model_len":1099511627777"#,
+            r#""block_size":0"#,
+            r#""block_size":1"#,
+            r#""max_in_flight_tokens":0"#,
+            r#""max_in_flight_tokens":1"#,
+            r#""max_in_flight_tokens":null"#,
+            r#""max_in_flight_tokens":1099511627777"#,
+            r#""groups":[]"#,
+            r#""groups":{}"#,
+            r#""groups":null"#,
+            r#""meta":{"x":[1,2,{"y":"z"}]}"#,
+        ];
+        let full = r#"{"kind":"full_attention"}"#;
+        for f in fields {
+            // The field first (so a duplicate of a base field is the later one) and last.
+            texts.push(format!("{f},{base},\"groups\":[{full}]"));
+            texts.push(format!("\"groups\":[{full}],{base},{f}"));
+            texts.push(f.to_string());
+        }
+        texts.push(format!(
+            " {} ",
+            base.replace(',', " , ").replace(':', " : ") + r#" , "groups" : [ { "kind" : "mla" } ] "#
+        ));
+        texts.push(format!(
+            "{base},\"enable_caching\":false,\"groups\":[{{\"kind\":\"mamba\",\"mamba_cache_mode\":\"none\"}}]"
+        ));
+        for config in texts {
+            for text in [
+                format!("{{\"format\":\"kvtrace/1\",\"config\":{{{config}}},{ops}}}"),
+                format!("{{{ops},\"config\":{{{config}}},\"format\":\"kvtrace/1\"}}"),
+            ] {
+                agree(&text);
+            }
+        }
+        // Generated configs are read directly, into what `parse_config` makes of them.
+        let mut read = 0;
+        for i in 0..300 {
+            let v = generate(17, i);
+            let text = v["config"].to_string();
+            let mut p = Parser {
+                s: &text,
+                b: text.as_bytes(),
+                i: 0,
+            };
+            let direct = p.config().map(|c| format!("{c:?}"));
+            match crate::kvtrace::config::parse_config(&v["config"]) {
+                Ok(c) => assert_eq!(direct, Some(format!("{c:?}")), "{text}"),
+                Err(_) => assert_eq!(direct, None, "{text}"),
+            }
+            read += usize::from(direct.is_some());
+        }
+        assert!(read > 250, "{read}");
+        for config in ["{}", "[]", "null", "7", "{ }", r#"{"":1}"#] {
+            agree(&format!("{{\"format\":\"kvtrace/1\",\"config\":{config},{ops}}}"));
+        }
     }
 
     #[test]
