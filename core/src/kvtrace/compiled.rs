@@ -10,7 +10,7 @@ use super::exec::Replayer;
 use super::observed::{config_error_line, Observed};
 use super::replay::{refused, split_trace, stopped, ReplayEnd};
 use super::TraceError;
-use crate::kv::{KvCacheManager, KvConfig};
+use crate::kv::{ConfigError, KvCacheManager, KvConfig};
 
 /// Storage that quiet replays leave for the next one (`run_quiet_reusing`).
 #[derive(Default)]
@@ -42,17 +42,20 @@ pub struct CompiledTrace {
 /// Check a parsed trace's shape and config and compile its ops.
 pub fn compile(v: &Value) -> Result<CompiledTrace, TraceError> {
     let (config, ops) = split_trace(v)?;
-    Ok(compile_parts(config, || {
+    Ok(compile_parts(parse_config(config), || {
         let mut data = OpData::default();
         let ops = ops.iter().map(|op| compile_op(op, &mut data)).collect();
         (ops, data)
     }))
 }
 
-/// A trace of `config` whose ops `ops` compiles (only once the config is valid:
-/// a refused trace has no ops).
-pub(super) fn compile_parts(config: &Value, ops: impl FnOnce() -> (Vec<Op>, OpData)) -> CompiledTrace {
-    match parse_config(config) {
+/// A trace of `config` (as `parse_config` read it) whose ops `ops` compiles
+/// (only once the config is valid: a refused trace has no ops).
+pub(super) fn compile_parts(
+    config: Result<KvConfig, ConfigError>,
+    ops: impl FnOnce() -> (Vec<Op>, OpData),
+) -> CompiledTrace {
+    match config {
         Err(e) => CompiledTrace {
             config: Err(config_error_line(&e.0)),
             data: OpData::default(),

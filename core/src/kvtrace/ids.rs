@@ -2,6 +2,7 @@
 //! instead of looked up by string. Each id keeps its JSON literal for the
 //! observation lines, escaped once; names and literals share one buffer.
 
+use std::collections::hash_map::Entry;
 use std::ops::Range;
 
 use super::json::push_str;
@@ -55,18 +56,23 @@ fn packed(name: &str) -> Option<u64> {
     Some(bytes | (b.len() as u64) << 56)
 }
 
+/// A new id's name and JSON literal appended to `text`, with where they are.
+fn push_text(text: &mut String, spans: &mut Vec<(Range<usize>, Range<usize>)>, name: &str) {
+    let start = text.len();
+    text.push_str(name);
+    let mid = text.len();
+    push_str(text, name);
+    spans.push((start..mid, mid..text.len()));
+}
+
 impl Ids {
     /// The index of `name`, allocating the next one on first sight.
     pub fn intern(&mut self, name: &str) -> u32 {
         if let Some(k) = self.get(name) {
             return k;
         }
-        let k = u32::try_from(self.spans.len()).expect("fewer than 2^32 request ids");
-        let start = self.text.len();
-        self.text.push_str(name);
-        let mid = self.text.len();
-        push_str(&mut self.text, name);
-        self.spans.push((start..mid, mid..self.text.len()));
+        let k = offset_of(self.spans.len());
+        push_text(&mut self.text, &mut self.spans, name);
         match packed(name) {
             Some(word) => self.short.insert(word, k),
             None => self.long.insert(name.to_string(), k),
@@ -79,12 +85,16 @@ impl Ids {
     /// is only asked for when the id is new.
     #[inline]
     pub fn intern_short<'s>(&mut self, word: u64, name: impl FnOnce() -> &'s str) -> u32 {
-        match self.short.get(&word) {
-            Some(&k) => k,
-            None => {
+        let next = offset_of(self.spans.len());
+        match self.short.entry(word) {
+            Entry::Occupied(e) => *e.get(),
+            // One probe for a new id too: its slot is filled in place.
+            Entry::Vacant(e) => {
                 let name = name();
                 debug_assert_eq!(packed(name), Some(word), "{name:?}");
-                self.intern(name)
+                e.insert(next);
+                push_text(&mut self.text, &mut self.spans, name);
+                next
             }
         }
     }

@@ -14,8 +14,10 @@ use serde_json::Value;
 
 use super::compile::{offset, Alloc, Commit, Op, OpData, Span};
 use super::compiled::{compile, compile_parts, CompiledTrace};
+use super::config::parse_config;
 use super::ops::{key_of, Key};
 use super::TraceError;
+use crate::kv::{GroupKind, GroupSpec, KvConfig, MambaMode};
 
 /// Compile a trace file's text: what `compile(&serde_json::from_str(text)?)`
 /// returns (a text that is not JSON is `TraceError::Json`), made without the tree.
@@ -46,7 +48,7 @@ pub(super) fn direct(text: &str) -> Option<CompiledTrace> {
             match key {
                 "ops" if compiled.is_none() => compiled = Some(p.ops()?),
                 "format" if format.is_none() => format = Some(p.string()?),
-                "config" if config.is_none() => config = Some(p.skip_value(0)?),
+                "config" if config.is_none() => config = Some(p.config_or_text()?),
                 "ops" | "format" | "config" => return None,
                 _ => {
                     p.skip_value(0)?;
@@ -63,9 +65,108 @@ pub(super) fn direct(text: &str) -> Option<CompiledTrace> {
     if p.i != p.b.len() || format? != "kvtrace/1" {
         return None;
     }
-    let config: Value = serde_json::from_str(config?).ok()?;
+    let config = match config? {
+        ConfigText::Read(cfg) => Ok(cfg),
+        ConfigText::Text(text) => parse_config(&serde_json::from_str::<Value>(text).ok()?),
+    };
     let (ops, data) = compiled?;
-    Some(compile_parts(&config, || (ops, data)))
+    Some(compile_parts(config, || (ops, data)))
+}
+
+/// The trace's `config`: read into the `KvConfig` that `parse_config` would
+/// make of it, or (anything `Parser::config` does not read) its text, for
+/// serde_json and `parse_config`.
+enum ConfigText<'a> {
+    Read(KvConfig),
+    Text(&'a str),
+}
+
+/// Store a field's value, unless the field was seen already (`None`: a
+/// duplicate key, which the direct pass leaves to serde_json).
+fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(v);
+    Some(())
+}
+
+/// A config's fields as `Parser::config` reads them.
+#[derive(Default)]
+struct ConfigFields<'a> {
+    num_blocks: Option<u64>,
+    enable_caching: Option<bool>,
+    max_model_len: Option<u64>,
+    block_size: Option<u64>,
+    max_in_flight_tokens: Option<u64>,
+    groups: Option<Vec<GroupFields<'a>>>,
+}
+
+/// A group's fields as `Parser::config` reads them.
+#[derive(Default)]
+struct GroupFields<'a> {
+    block_size: Option<u64>,
+    kind: Option<&'a str>,
+    sliding_window: Option<u64>,
+    attention_chunk_size: Option<u64>,
+    mamba_cache_mode: Option<&'a str>,
+}
+
+impl ConfigFields<'_> {
+    /// What `parse_config` makes of these fields, if it accepts them (`None` where it refuses).
+    fn config(self) -> Option<KvConfig> {
+        let num_blocks = u32::try_from(self.num_blocks.filter(|&n| n >= 2)?).ok()?;
+        let max_model_len = self.max_model_len.filter(|&n| n >= 2)?;
+        let block_size = self.block_size.filter(|&n| n >= 1)?;
+        let max_in_flight_tokens = match self.max_in_flight_tokens {
+            None => max_model_len,
+            Some(0) => return None,
+            Some(n) => n,
+        };
+        let groups: Vec<GroupSpec> = self.groups?.iter().map(|g| g.spec(block_size)).collect::<Option<_>>()?;
+        if groups.is_empty() {
+            return None;
+        }
+        let cfg = KvConfig {
+            num_blocks,
+            enable_caching: self.enable_caching?,
+            max_model_len,
+            max_in_flight_tokens,
+            groups,
+            watermark_blocks: 0,
+        };
+        cfg.validate().ok()?;
+        Some(cfg)
+    }
+}
+
+impl GroupFields<'_> {
+    /// The group `parse_config` makes of these fields (`block_size` the config's).
+    fn spec(&self, block_size: u64) -> Option<GroupSpec> {
+        let block_size = self.block_size.unwrap_or(block_size);
+        if block_size < 1 {
+            return None;
+        }
+        let kind = match self.kind? {
+            "full_attention" => GroupKind::FullAttention,
+            "mla" => GroupKind::Mla,
+            "sliding_window" => GroupKind::SlidingWindow {
+                sliding_window: self.sliding_window.filter(|&n| n >= 2)?,
+            },
+            "chunked_local" => GroupKind::ChunkedLocal {
+                attention_chunk_size: self.attention_chunk_size.filter(|&n| n >= 1)?,
+            },
+            "mamba" => GroupKind::Mamba {
+                mamba_cache_mode: match self.mamba_cache_mode? {
+                    "none" => MambaMode::None,
+                    "align" => MambaMode::Align,
+                    _ => return None,
+                },
+            },
+            _ => return None,
+        };
+        Some(GroupSpec { kind, block_size })
+    }
 }
 
 /// Eight bytes of `b` from `i` as one little-endian word, if there are eight.
@@ -73,16 +174,6 @@ pub(super) fn direct(text: &str) -> Option<CompiledTrace> {
 fn word_at(b: &[u8], i: usize) -> Option<u64> {
     let w = b.get(i..)?.first_chunk::<8>()?;
     Some(u64::from_le_bytes(*w))
-}
-
-/// The word of 8 bytes of text (little-endian, as `word_at` loads it).
-const fn word8(b: &[u8; 8]) -> u64 {
-    u64::from_le_bytes(*b)
-}
-
-/// The word of 4 bytes of text, in a word's low half.
-const fn word4(b: &[u8; 4]) -> u64 {
-    u32::from_le_bytes(*b) as u64
 }
 
 /// Per byte of `w` (little-endian), the top bit set at the first `"`, `\\` or
@@ -142,6 +233,27 @@ fn list_item(w: u64) -> Option<(u64, usize, bool)> {
         return None;
     }
     Some((n, len as usize, next == b']'))
+}
+
+/// The run of common items (see `list_item`) of a token list from `i`, appended
+/// to `tokens`: the position after the last one read, and whether it closed the
+/// list. A function of its own, so that its loop has the registers to itself.
+#[inline(never)]
+fn items(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
+    let Some(mut rest) = b.get(i..) else {
+        return (i, false);
+    };
+    while let Some(w) = rest.first_chunk::<8>() {
+        let Some((n, len, close)) = list_item(u64::from_le_bytes(*w)) else {
+            break;
+        };
+        tokens.push(n);
+        rest = &rest[len + 1..];
+        if close {
+            return (b.len() - rest.len(), true);
+        }
+    }
+    (b.len() - rest.len(), false)
 }
 
 struct Parser<'a> {
@@ -313,123 +425,6 @@ impl<'a> Parser<'a> {
         self.i = i + 1;
         self.s.get(start..i)
     }
-
-    /// An op field's key and the colon after it: `Some(Some(key))` for the
-    /// fields kvtrace/1 defines, `Some(None)` for any other key. A defined key
-    /// is told by the word at its opening quote (its first 7 bytes, or the
-    /// whole key with quotes for `"op"`, `"id"` and `"prompt"`) and the rest
-    /// compared with its literal; anything else is read as a string and looked
-    /// up as `compile_op` looks keys up.
-    #[inline(always)]
-    fn key(&mut self) -> Option<Option<Key>> {
-        let hit = match word_at(self.b, self.i) {
-            Some(w) => self.key_word(w),
-            None => None,
-        };
-        let key = match hit {
-            Some(k) => Some(k),
-            None => key_of(self.string()?),
-        };
-        self.colon()?;
-        Some(key)
-    }
-
-    /// `key`'s word-at-a-time match (`None`: not a defined key, or not this way).
-    #[inline(always)]
-    fn key_word(&mut self, w: u64) -> Option<Key> {
-        const LOW4: u64 = 0xFFFF_FFFF;
-        let (key, len) = if w & LOW4 == word4(b"\"op\"") {
-            (Key::Op, 4)
-        } else if w & LOW4 == word4(b"\"id\"") {
-            (Key::Id, 4)
-        } else {
-            match w {
-                w if w == word8(b"\"prompt\"") => (Key::Prompt, 8),
-                w if w == word8(b"\"num_new") => (Key::NumNewTokens, self.rest(b"_tokens\"")?),
-                w if w == word8(b"\"num_tok") => (Key::NumTokens, self.rest(b"ens\"")?),
-                w if w == word8(b"\"output_") => (Key::OutputTokens, self.rest(b"tokens\"")?),
-                w if w == word8(b"\"cache_s") => (Key::CacheSalt, self.rest(b"alt\"")?),
-                w if w == word8(b"\"use_com") => (Key::UseComputed, self.rest(b"puted\"")?),
-                w if w == word8(b"\"num_loo") => (Key::NumLookaheadTokens, self.rest(b"kahead_tokens\"")?),
-                w if w == word8(b"\"delay_c") => (Key::DelayCacheBlocks, self.rest(b"ache_blocks\"")?),
-                w if w == word8(b"\"full_se") => (Key::FullSequenceMustFit, self.rest(b"quence_must_fit\"")?),
-                _ => return None,
-            }
-        };
-        self.i += len;
-        Some(key)
-    }
-
-    /// The length of a key or name whose first 8 bytes matched, if the text
-    /// 8 bytes on goes on with the rest of it, `lit`.
-    #[inline(always)]
-    fn rest<const N: usize>(&self, lit: &[u8; N]) -> Option<usize> {
-        (self.b.get(self.i + 8..).and_then(<[u8]>::first_chunk::<N>) == Some(lit)).then_some(8 + N)
-    }
-
-    /// The value of `op`: one of the names `compile_op` compiles, told by the
-    /// word at its opening quote and the rest compared with its literal; `None`
-    /// for any other value (an op `build` would not make either).
-    #[inline(always)]
-    fn op_name(&mut self) -> Option<Name> {
-        const LOW6: u64 = 0xFFFF_FFFF_FFFF;
-        let w = word_at(self.b, self.i)?;
-        let (name, len) = match w {
-            w if w == word8(b"\"allocat") => (Name::AllocateSlots, self.rest(b"e_slots\"")?),
-            w if w == word8(b"\"commit\"") => (Name::Commit, 8),
-            w if w == word8(b"\"new_ste") => (Name::NewStep, self.rest(b"p\"")?),
-            w if w == word8(b"\"add_req") => (Name::AddRequest, self.rest(b"uest\"")?),
-            w if w == word8(b"\"get_com") => (Name::GetComputedBlocks, self.rest(b"puted_blocks\"")?),
-            w if w == word8(b"\"cache_b") => (Name::CacheBlocks, self.rest(b"locks\"")?),
-            w if w == word8(b"\"preempt") => (Name::Preempt, self.rest(b"\"")?),
-            w if w == word8(b"\"reset_p") => (Name::ResetPrefixCache, self.rest(b"refix_cache\"")?),
-            w if w & LOW6 == word8(b"\"free\"\0\0") => (Name::Free, 6),
-            _ => return None,
-        };
-        self.i += len;
-        Some(name)
-    }
-
-    /// A string value read as an id: an id of up to 7 bytes is found in the one
-    /// word loaded after the opening quote, which is its packed word too.
-    #[inline(always)]
-    fn id(&mut self) -> Option<IdText<'a>> {
-        let i = self.i;
-        if let (Some(b'"'), Some(w)) = (self.b.get(i), word_at(self.b, i + 1)) {
-            let m = stops(w);
-            if m != 0 {
-                let n = (m.trailing_zeros() / 8) as usize;
-                if self.b[i + 1 + n] != b'"' {
-                    return None;
-                }
-                self.i = i + 2 + n;
-                let bytes = w & ((1u64 << (8 * n)) - 1);
-                return Some(IdText::Short(bytes | (n as u64) << 56, i + 1));
-            }
-        }
-        Some(IdText::Long(self.string()?))
-    }
-
-    /// A JSON integer >= 0 that fits a u64 (no sign, fraction or exponent; at
-    /// most 19 digits, which always fit): fewer than 8 digits from one word,
-    /// longer ones (and those in the text's last 8 bytes) byte by byte.
-    #[inline(always)]
-    fn uint(&mut self) -> Option<u64> {
-        let (b, i) = (self.b, self.i);
-        match word_at(b, i).and_then(leading_digits) {
-            Some((n, len)) => {
-                let len = len as usize;
-                // After the digits: no fraction or exponent; no leading zero.
-                if len == 0 || (len > 1 && b[i] == b'0') || matches!(b[i + len], b'.' | b'e' | b'E') {
-                    return None;
-                }
-                self.i = i + len;
-                Some(n)
-            }
-            None => self.uint_bytes(),
-        }
-    }
-
     /// `uint`, a byte at a time.
     #[inline(never)]
     fn uint_bytes(&mut self) -> Option<u64> {
@@ -471,45 +466,78 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A list of integers appended to `tokens`. The common item (fewer than 8
-    /// digits, then a comma or the closing bracket) is read from one word, with
-    /// the position in a local; any other item is read as `uint` and `more` read it.
-    #[inline(always)]
-    fn tokens(&mut self, tokens: &mut Vec<u64>) -> Option<Span> {
-        let start = tokens.len();
+    /// The `config` value: read directly where `config` reads it, else skipped as text.
+    fn config_or_text(&mut self) -> Option<ConfigText<'a>> {
+        let start = self.i;
+        if let Some(cfg) = self.config() {
+            return Some(ConfigText::Read(cfg));
+        }
+        self.i = start;
+        Some(ConfigText::Text(self.skip_value(0)?))
+    }
+
+    /// The `config` object read straight into the `KvConfig` that `parse_config`
+    /// makes of it, when it accepts it and every field it reads is of the plain
+    /// form this pass reads (`None` for anything else, left to serde_json and
+    /// `parse_config`, whose errors are then the ones reported).
+    fn config(&mut self) -> Option<KvConfig> {
+        let mut c = ConfigFields::default();
+        self.members(|p, key| match key {
+            "num_blocks" => once(&mut c.num_blocks, p.int()?),
+            "enable_caching" => once(&mut c.enable_caching, p.flag()?),
+            "max_model_len" => once(&mut c.max_model_len, p.int()?),
+            "block_size" => once(&mut c.block_size, p.int()?),
+            "max_in_flight_tokens" => once(&mut c.max_in_flight_tokens, p.int()?),
+            "groups" => once(&mut c.groups, p.groups()?),
+            _ => p.skip_value(1).map(drop),
+        })?;
+        c.config()
+    }
+
+    /// The config's `groups` list, each group's fields read.
+    fn groups(&mut self) -> Option<Vec<GroupFields<'a>>> {
+        let mut groups = Vec::new();
         self.eat(b'[')?;
         self.ws();
-        if self.eat(b']').is_none() {
-            let b = self.b;
-            let mut i = self.i;
-            loop {
-                if let Some((n, len, close)) = word_at(b, i).and_then(list_item) {
-                    tokens.push(n);
-                    i += len + 1;
-                    if close {
-                        break;
-                    }
-                    if b.get(i).is_some_and(|&c| c <= b' ') {
-                        self.i = i;
-                        self.ws_run();
-                        i = self.i;
-                    }
-                    continue;
-                }
-                self.i = i;
-                tokens.push(self.uint()?);
-                let more = self.more(b']')?;
-                i = self.i;
-                if !more {
-                    break;
-                }
-            }
-            self.i = i;
+        if self.eat(b']').is_some() {
+            return Some(groups);
         }
-        Some(Span {
-            start: offset(start),
-            len: offset(tokens.len() - start),
-        })
+        loop {
+            let mut g = GroupFields::default();
+            self.members(|p, key| match key {
+                "block_size" => once(&mut g.block_size, p.int()?),
+                "kind" => once(&mut g.kind, p.string()?),
+                "sliding_window" => once(&mut g.sliding_window, p.int()?),
+                "attention_chunk_size" => once(&mut g.attention_chunk_size, p.int()?),
+                "mamba_cache_mode" => once(&mut g.mamba_cache_mode, p.string()?),
+                _ => p.skip_value(3).map(drop),
+            })?;
+            groups.push(g);
+            if !self.more(b']')? {
+                return Some(groups);
+            }
+        }
+    }
+
+    /// A non-empty object's members: `member` reads each one's value, handed its key.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        loop {
+            let key = self.string()?;
+            self.colon()?;
+            member(self, key)?;
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// `Text::uint` here.
+    fn int(&mut self) -> Option<u64> {
+        let (n, at) = Text { s: self.s, b: self.b }.uint(self.i)?;
+        self.i = at;
+        Some(n)
     }
 
     /// Skip one JSON value, checking its syntax; returns its text. Strings with
@@ -588,73 +616,428 @@ impl<'a> Parser<'a> {
     fn ops(&mut self) -> Option<(Vec<Op>, OpData)> {
         let mut data = OpData::default();
         // Sized from the text (trace writers' ops take about 64 bytes each, and
-        // a prompt token about 4, and a request about 900), so the lists seldom grow.
+        // a prompt token about 4, and a request about 900; ids are reserved for twice
+        // that many), so the lists seldom grow.
         let mut ops = Vec::with_capacity(self.b.len() / 48);
         data.tokens.reserve(self.b.len() / 16);
-        data.ids.reserve(self.b.len() / 1024);
+        data.ids.reserve(self.b.len() / 512);
         let mut seen = IdCache::new();
         self.eat(b'[')?;
         self.ws();
         if self.eat(b']').is_none() {
+            let t = Text { s: self.s, b: self.b };
+            let mut i = self.i;
             loop {
-                ops.push(self.op(&mut data, &mut seen)?);
-                if !self.more(b']')? {
+                let (op, at) = t.op(i, &mut data, &mut seen)?;
+                ops.push(op);
+                // Traces are written an op a line: a comma and one newline are read here.
+                if let Some(b",\n") = self.b.get(at..at + 2) {
+                    if self.b.get(at + 2).is_some_and(|&c| c > b' ') {
+                        i = at + 2;
+                        continue;
+                    }
+                }
+                let (more, at) = t.more(at, b']')?;
+                i = at;
+                if !more {
+                    break;
+                }
+            }
+            self.i = i;
+        }
+        Some((ops, data))
+    }
+}
+
+/// The op list's reader: the same grammar as `Parser`'s, with the position
+/// passed in and returned (so it stays in a register through an op) instead
+/// of kept in the reader. Uncommon text is read by a `Parser` made for it.
+#[derive(Clone, Copy)]
+struct Text<'a> {
+    s: &'a str,
+    b: &'a [u8],
+}
+
+impl<'a> Text<'a> {
+    /// What `f` reads with a `Parser` at `i`, and the position after it.
+    #[inline(always)]
+    fn parse<T>(self, i: usize, f: impl FnOnce(&mut Parser<'a>) -> Option<T>) -> Option<(T, usize)> {
+        let mut p = Parser {
+            s: self.s,
+            b: self.b,
+            i,
+        };
+        let v = f(&mut p)?;
+        Some((v, p.i))
+    }
+
+    /// The position past any whitespace at `i` (one compare where there is none).
+    #[inline(always)]
+    fn ws(self, i: usize) -> usize {
+        if self.b.get(i).is_some_and(|&c| c <= b' ') {
+            self.ws_run(i)
+        } else {
+            i
+        }
+    }
+
+    #[inline(never)]
+    fn ws_run(self, i: usize) -> usize {
+        let mut p = Parser {
+            s: self.s,
+            b: self.b,
+            i,
+        };
+        p.ws_run();
+        p.i
+    }
+
+    /// `Parser::more` at `i`.
+    #[inline(always)]
+    fn more(self, i: usize, close: u8) -> Option<(bool, usize)> {
+        let mut i = i;
+        let mut c = *self.b.get(i)?;
+        if c <= b' ' {
+            i = self.ws_run(i);
+            c = *self.b.get(i)?;
+        }
+        if c == b',' {
+            Some((true, self.ws(i + 1)))
+        } else if c == close {
+            Some((false, i + 1))
+        } else {
+            None
+        }
+    }
+
+    /// The 32 bytes from `i`, if there are 32.
+    #[inline(always)]
+    fn chunk(self, i: usize) -> Option<&'a [u8; 32]> {
+        self.b.get(i..)?.first_chunk::<32>()
+    }
+
+    /// An op field's key and the colon after it (and the whitespace after
+    /// that): `Some(key)` for the fields kvtrace/1 defines, `None` for any
+    /// other key. The common form (no whitespace before the colon) is matched
+    /// with its colon in `KEYS`; anything else is read as a string and looked
+    /// up as `compile_op` looks keys up.
+    #[inline(always)]
+    fn key(self, i: usize) -> Option<(Option<Key>, usize)> {
+        if let Some(c) = self.chunk(i) {
+            let head = word(c, 0);
+            const LOW5: u64 = 0xFF_FFFF_FFFF;
+            let hit = if head & LOW5 == word_of(b"\"id\":") {
+                Some((Key::Id, 5))
+            } else if head & LOW5 == word_of(b"\"op\":") {
+                Some((Key::Op, 5))
+            } else {
+                KEYS.find(c)
+            };
+            if let Some((k, len)) = hit {
+                return Some((Some(k), self.ws(i + len)));
+            }
+        }
+        self.parse(i, |p| {
+            let key = key_of(p.string()?);
+            p.colon()?;
+            Some(key)
+        })
+    }
+
+    /// The value of `op`: one of the names `compile_op` compiles (`None` for
+    /// any other value: an op `build` would not make either).
+    #[inline(always)]
+    fn op_name(self, i: usize) -> Option<(Name, usize)> {
+        if let Some(c) = self.chunk(i) {
+            if let Some((name, len)) = NAMES.find(c) {
+                return Some((name, i + len));
+            }
+            if word(c, 0) & 0xFFFF_FFFF_FFFF == word_of(b"\"free\"") {
+                return Some((Name::Free, i + 6));
+            }
+        }
+        self.parse(i, |p| name_of(p.string()?))
+    }
+
+    /// A string value read as an id: an id of up to 7 bytes is found in the one
+    /// word loaded after the opening quote, which is its packed word too.
+    #[inline(always)]
+    fn id(self, i: usize) -> Option<(IdText<'a>, usize)> {
+        if let (Some(b'"'), Some(w)) = (self.b.get(i), word_at(self.b, i + 1)) {
+            let m = stops(w);
+            if m != 0 {
+                let n = (m.trailing_zeros() / 8) as usize;
+                if self.b[i + 1 + n] != b'"' {
+                    return None;
+                }
+                let bytes = w & ((1u64 << (8 * n)) - 1);
+                return Some((IdText::Short(bytes | (n as u64) << 56, i + 1), i + 2 + n));
+            }
+        }
+        let (name, at) = self.parse(i, Parser::string)?;
+        Some((IdText::Long(name), at))
+    }
+
+    /// A JSON integer >= 0 that fits a u64 (no sign, fraction or exponent; at
+    /// most 19 digits, which always fit): fewer than 8 digits from one word,
+    /// longer ones (and those in the text's last 8 bytes) byte by byte.
+    #[inline(always)]
+    fn uint(self, i: usize) -> Option<(u64, usize)> {
+        let b = self.b;
+        match word_at(b, i).and_then(leading_digits) {
+            Some((n, len)) => {
+                let len = len as usize;
+                // After the digits: no fraction or exponent; no leading zero.
+                if len == 0 || (len > 1 && b[i] == b'0') || matches!(b[i + len], b'.' | b'e' | b'E') {
+                    return None;
+                }
+                Some((n, i + len))
+            }
+            None => self.parse(i, Parser::uint_bytes),
+        }
+    }
+
+    /// `null` (`None`) or what `f` reads at `i`.
+    #[inline(always)]
+    fn nullable<T>(self, i: usize, f: impl FnOnce(Self, usize) -> Option<(T, usize)>) -> Option<(Option<T>, usize)> {
+        if self.b.get(i) == Some(&b'n') {
+            return self.parse(i, |p| p.literal(b"null")).map(|((), at)| (None, at));
+        }
+        f(self, i).map(|(v, at)| (Some(v), at))
+    }
+
+    /// A list of integers appended to `tokens`. Runs of the common item (see
+    /// `list_item`) are read by `items`; any other item is read as `uint`, and
+    /// `more` reads what follows it.
+    #[inline(always)]
+    fn tokens(self, i: usize, tokens: &mut Vec<u64>) -> Option<(Span, usize)> {
+        let (b, start) = (self.b, tokens.len());
+        if b.get(i) != Some(&b'[') {
+            return None;
+        }
+        let mut i = self.ws(i + 1);
+        if b.get(i) == Some(&b']') {
+            i += 1;
+        } else {
+            loop {
+                let (at, closed) = items(b, i, tokens);
+                i = at;
+                if closed {
+                    break;
+                }
+                // An uncommon item, or whitespace after a comma.
+                let (n, at) = self.uint(self.ws(i))?;
+                tokens.push(n);
+                let (more, at) = self.more(at, b']')?;
+                i = at;
+                if !more {
                     break;
                 }
             }
         }
-        Some((ops, data))
+        let span = Span {
+            start: offset(start),
+            len: offset(tokens.len() - start),
+        };
+        Some((span, i))
     }
 
-    /// One field's value, into `f` (its key not seen before in this op).
+    /// One field's value at `i`, into `f` (its key not seen before in this op).
     #[inline(always)]
-    fn field(&mut self, key: Key, f: &mut Fields<'a>, tokens: &mut Vec<u64>) -> Option<()> {
-        match key {
-            Key::Op => f.name = Some(self.op_name()?),
-            Key::Id => f.id = Some(self.id()?),
-            Key::CacheSalt => f.salt = self.nullable(Self::string)?,
-            Key::NumNewTokens => f.ints[0] = self.nullable(Self::uint)?,
-            Key::NumLookaheadTokens => f.ints[1] = self.nullable(Self::uint)?,
-            Key::NumTokens => f.ints[2] = self.nullable(Self::uint)?,
-            Key::DelayCacheBlocks => f.flags[0] = self.nullable(Self::flag)?,
-            Key::FullSequenceMustFit => f.flags[1] = self.nullable(Self::flag)?,
-            Key::UseComputed => f.flags[2] = self.nullable(Self::flag)?,
-            Key::Prompt => f.prompt = self.nullable(|p| p.tokens(tokens))?,
-            Key::OutputTokens => f.output_tokens = self.nullable(|p| p.tokens(tokens))?,
-        }
-        Some(())
+    fn field(self, i: usize, key: Key, f: &mut Fields<'a>, tokens: &mut Vec<u64>) -> Option<usize> {
+        let flag = |i| self.parse(i, |p| p.nullable(Parser::flag));
+        let at = match key {
+            Key::Op => self.op_name(i).map(|(v, at)| (f.name = Some(v), at)),
+            Key::Id => self.id(i).map(|(v, at)| (f.id = Some(v), at)),
+            Key::CacheSalt => self
+                .parse(i, |p| p.nullable(Parser::string))
+                .map(|(v, at)| (f.salt = v, at)),
+            Key::NumNewTokens => self.nullable(i, Self::uint).map(|(v, at)| (f.ints[0] = v, at)),
+            Key::NumLookaheadTokens => self.nullable(i, Self::uint).map(|(v, at)| (f.ints[1] = v, at)),
+            Key::NumTokens => self.nullable(i, Self::uint).map(|(v, at)| (f.ints[2] = v, at)),
+            Key::DelayCacheBlocks => flag(i).map(|(v, at)| (f.flags[0] = v, at)),
+            Key::FullSequenceMustFit => flag(i).map(|(v, at)| (f.flags[1] = v, at)),
+            Key::UseComputed => flag(i).map(|(v, at)| (f.flags[2] = v, at)),
+            Key::Prompt => self
+                .nullable(i, |t, i| t.tokens(i, tokens))
+                .map(|(v, at)| (f.prompt = v, at)),
+            Key::OutputTokens => self
+                .nullable(i, |t, i| t.tokens(i, tokens))
+                .map(|(v, at)| (f.output_tokens = v, at)),
+        };
+        Some(at?.1)
     }
 
-    /// One op object, compiled as `compile_op` compiles it (`None` for any op
-    /// that `compile_op` would not compile into a checked op).
+    /// One op object at `i`, compiled as `compile_op` compiles it (`None` for
+    /// any op that `compile_op` would not compile into a checked op), and the
+    /// position after it.
     #[inline(always)]
-    fn op(&mut self, data: &mut OpData, seen: &mut IdCache) -> Option<Op> {
+    fn op(self, i: usize, data: &mut OpData, seen: &mut IdCache) -> Option<(Op, usize)> {
         let mut f = Fields::default();
-        self.eat(b'{')?;
-        self.ws();
-        if self.eat(b'}').is_some() {
+        if self.b.get(i) != Some(&b'{') {
+            return None;
+        }
+        let mut i = self.ws(i + 1);
+        if self.b.get(i) == Some(&b'}') {
             return None;
         }
         loop {
-            match self.key()? {
+            let (key, at) = self.key(i)?;
+            i = match key {
                 Some(k) => {
                     let bit = 1u32 << k as u32;
                     if f.seen & bit != 0 {
                         return None;
                     }
                     f.seen |= bit;
-                    self.field(k, &mut f, &mut data.tokens)?;
+                    self.field(at, k, &mut f, &mut data.tokens)?
                 }
-                None => {
-                    self.skip_value(0)?;
-                }
-            }
-            if !self.more(b'}')? {
+                None => self.parse(at, |p| p.skip_value(0))?.1,
+            };
+            let (more, at) = self.more(i, b'}')?;
+            i = at;
+            if !more {
                 break;
             }
         }
-        build(&f, data, seen, self.s)
+        Some((build(&f, data, seen, self.s)?, i))
     }
+}
+
+/// The word of the first 8 bytes of `c` from byte `8 * k` (little-endian).
+#[inline(always)]
+fn word(c: &[u8; 32], k: usize) -> u64 {
+    let mut w = [0; 8];
+    w.copy_from_slice(&c[8 * k..8 * k + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The word of up to 8 bytes of text, zero above them.
+const fn word_of(b: &[u8]) -> u64 {
+    let mut w = 0;
+    let mut k = 0;
+    while k < b.len() {
+        w |= (b[k] as u64) << (8 * k);
+        k += 1;
+    }
+    w
+}
+
+/// One text of a `Words` table: its first word, the words after it (zero
+/// beyond its end) and their masks, its length, and what it stands for.
+#[derive(Clone, Copy)]
+struct Entry<T> {
+    head: u64,
+    rest: [u64; 3],
+    mask: [u64; 3],
+    len: usize,
+    what: Option<T>,
+}
+
+/// Texts of 8 to 32 bytes told apart by their first word alone, hashed into
+/// 16 slots (built at compile time; a collision fails the build): matching
+/// one is a multiply, a load and four masked word compares.
+struct Words<T>([Entry<T>; 16]);
+
+/// The multiplier that spreads both tables' first words over distinct slots.
+const SPREAD: u64 = 0x40e2_a20a_1bd7_ce73;
+
+#[inline(always)]
+const fn slot(head: u64) -> usize {
+    (head.wrapping_mul(SPREAD) >> 60) as usize
+}
+
+impl<T: Copy> Words<T> {
+    const fn new(texts: &[(&[u8], T)]) -> Self {
+        let empty = Entry {
+            head: 0,
+            rest: [0; 3],
+            mask: [0; 3],
+            len: 0,
+            what: None,
+        };
+        let mut table = [empty; 16];
+        let mut t = 0;
+        while t < texts.len() {
+            let (text, what) = texts[t];
+            assert!(text.len() >= 8 && text.len() <= 32);
+            let mut e = empty;
+            let mut k = 0;
+            while k < text.len() {
+                let (w, shift) = (k / 8, 8 * (k % 8));
+                if w == 0 {
+                    e.head |= (text[k] as u64) << shift;
+                } else {
+                    e.rest[w - 1] |= (text[k] as u64) << shift;
+                    e.mask[w - 1] |= 0xFF << shift;
+                }
+                k += 1;
+            }
+            e.len = text.len();
+            e.what = Some(what);
+            let s = slot(e.head);
+            assert!(table[s].what.is_none(), "two texts share a slot");
+            table[s] = e;
+            t += 1;
+        }
+        Words(table)
+    }
+
+    /// What the text leading `c` stands for, and its length, if it is one of the table's.
+    #[inline(always)]
+    fn find(&self, c: &[u8; 32]) -> Option<(T, usize)> {
+        let head = word(c, 0);
+        let e = &self.0[slot(head)];
+        let diff = (word(c, 1) ^ e.rest[0]) & e.mask[0]
+            | (word(c, 2) ^ e.rest[1]) & e.mask[1]
+            | (word(c, 3) ^ e.rest[2]) & e.mask[2];
+        if head == e.head && diff == 0 {
+            Some((e.what?, e.len))
+        } else {
+            None
+        }
+    }
+}
+
+/// The defined keys of more than 2 bytes, quoted, with their colon.
+static KEYS: Words<Key> = Words::new(&[
+    (b"\"prompt\":", Key::Prompt),
+    (b"\"cache_salt\":", Key::CacheSalt),
+    (b"\"num_new_tokens\":", Key::NumNewTokens),
+    (b"\"num_lookahead_tokens\":", Key::NumLookaheadTokens),
+    (b"\"delay_cache_blocks\":", Key::DelayCacheBlocks),
+    (b"\"full_sequence_must_fit\":", Key::FullSequenceMustFit),
+    (b"\"use_computed\":", Key::UseComputed),
+    (b"\"num_tokens\":", Key::NumTokens),
+    (b"\"output_tokens\":", Key::OutputTokens),
+]);
+
+/// The op names but `free` (too short for a table), quoted.
+static NAMES: Words<Name> = Words::new(&[
+    (b"\"allocate_slots\"", Name::AllocateSlots),
+    (b"\"commit\"", Name::Commit),
+    (b"\"new_step\"", Name::NewStep),
+    (b"\"add_request\"", Name::AddRequest),
+    (b"\"get_computed_blocks\"", Name::GetComputedBlocks),
+    (b"\"cache_blocks\"", Name::CacheBlocks),
+    (b"\"preempt\"", Name::Preempt),
+    (b"\"reset_prefix_cache\"", Name::ResetPrefixCache),
+]);
+
+/// The op `name` stands for, if `compile_op` compiles it.
+fn name_of(name: &str) -> Option<Name> {
+    Some(match name {
+        "allocate_slots" => Name::AllocateSlots,
+        "commit" => Name::Commit,
+        "new_step" => Name::NewStep,
+        "add_request" => Name::AddRequest,
+        "get_computed_blocks" => Name::GetComputedBlocks,
+        "cache_blocks" => Name::CacheBlocks,
+        "preempt" => Name::Preempt,
+        "free" => Name::Free,
+        "reset_prefix_cache" => Name::ResetPrefixCache,
+        _ => return None,
+    })
 }
 
 /// The compiled op of `f`, as `compile_op` makes it; `None` where that would
@@ -725,7 +1108,7 @@ fn build(f: &Fields, data: &mut OpData, seen: &mut IdCache, text: &str) -> Optio
 mod tests {
     use serde_json::Value;
 
-    use super::{compile_text, direct, IdCache, Parser};
+    use super::{compile_text, direct, IdCache, Parser, Text};
     use crate::kvtrace::compiled::{compile, CompiledTrace};
     use crate::kvtrace::gen::generate;
     use crate::kvtrace::TraceError;
@@ -906,28 +1289,27 @@ mod tests {
             for after in afters {
                 for pad in ["", "       ", "ZZZZZZZZZZZZ"] {
                     let text = format!("{n}{after}{pad}");
-                    let mut a = Parser {
+                    let a = Text {
                         s: &text,
                         b: text.as_bytes(),
-                        i: 0,
                     };
                     let mut b = Parser {
                         s: &text,
                         b: text.as_bytes(),
                         i: 0,
                     };
-                    assert_eq!((a.uint(), a.i), (b.uint_bytes(), b.i), "{text:?}");
+                    let by_bytes = b.uint_bytes().map(|n| (n, b.i));
+                    assert_eq!(a.uint(0), by_bytes, "{text:?}");
                 }
             }
         }
         for w in 0..=u16::MAX {
             let text = format!("{w}x{w}12345678");
-            let mut p = Parser {
+            let t = Text {
                 s: &text,
                 b: text.as_bytes(),
-                i: 0,
             };
-            assert_eq!((p.uint(), p.i), (Some(u64::from(w)), w.to_string().len()));
+            assert_eq!(t.uint(0), Some((u64::from(w), w.to_string().len())));
         }
     }
 
@@ -974,6 +1356,130 @@ mod tests {
             }
         }
         assert!(n > 50, "{n} traces");
+    }
+
+    /// Configs around the direct reading of `config`: every field of every
+    /// kind, at and past its limits, of the wrong type, missing, repeated,
+    /// escaped or spaced; each compiles as serde_json and `parse_config` read it.
+    #[test]
+    fn configs_read_directly_agree_with_parse_config() {
+        let ops = r#""ops":[{"op":"new_step"},{"op":"free","id":"r1"}]"#;
+        let base = r#""block_size":4,"enable_caching":true,"max_model_len":64,"num_blocks":8"#;
+        let groups = [
+            r#"{"kind":"full_attention"}"#,
+            r#"{"kind":"mla","block_size":8}"#,
+            r#"{"kind":"sliding_window","sliding_window":8}"#,
+            r#"{"kind":"sliding_window","sliding_window":2}"#,
+            r#"{"kind":"sliding_window","sliding_window":1}"#,
+            r#"{"kind":"sliding_window"}"#,
+            r#"{"kind":"sliding_window","sliding_window":null}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":8}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":6}"#,
+            r#"{"kind":"chunked_local","attention_chunk_size":0}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"align"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"none"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":"other"}"#,
+            r#"{"kind":"mamba","mamba_cache_mode":null}"#,
+            r#"{"kind":"mamba"}"#,
+            r#"{"kind":"full_attention","block_size":0}"#,
+            r#"{"kind":"full_attention","block_size":null}"#,
+            r#"{"kind":"full_attention","block_size":2.0}"#,
+            r#"{"kind":"full_attention","block_size":1099511627777}"#,
+            r#"{"kind":"full_attention","sliding_window":"x","extra":[1,{"a":null}]}"#,
+            r#"{"kind":"full_attention","kind":"mla"}"#,
+            r#"{"kind":"Full_attention"}"#,
+            r#"{"kind":"full_attention\u0000"}"#,
+            r#"{"ki\u006ed":"full_attention"}"#,
+            r#"{"kind":null}"#,
+            r#"{"kind":3}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#"null"#,
+            r#" { "kind" : "full_attention" , "block_size" : 4 } "#,
+        ];
+        let mut texts = Vec::new();
+        for g in groups {
+            texts.push(format!("{base},\"groups\":[{g}]"));
+            texts.push(format!("{base},\"groups\":[{g},{{\"kind\":\"full_attention\"}}]"));
+            texts.push(format!("\"groups\":[{g}],{base}"));
+        }
+        let fields = [
+            r#""num_blocks":2"#,
+            r#""num_blocks":1"#,
+            r#""num_blocks":0"#,
+            r#""num_blocks":4294967295"#,
+            r#""num_blocks":4294967296"#,
+            r#""num_blocks":-3"#,
+            r#""num_blocks":8.0"#,
+            r#""num_blocks":8e0"#,
+            r#""num_blocks":"8""#,
+            r#""num_blocks":null"#,
+            r#""num_blocks":true"#,
+            r#""num_blocks":18446744073709551615"#,
+            r#""num_blocks":8,"num_blocks":9"#,
+            r#""num\u005fblocks":8"#,
+            r#""enable_caching":false"#,
+            r#""enable_caching":null"#,
+            r#""enable_caching":1"#,
+            r#""enable_caching":"true""#,
+            r#""max_model_len":1"#,
+            r#""max_model_len":2"#,
+            r#""max_model_len":1099511627776"#,
+            r#""max_model_len":1099511627777"#,
+            r#""block_size":0"#,
+            r#""block_size":1"#,
+            r#""max_in_flight_tokens":0"#,
+            r#""max_in_flight_tokens":1"#,
+            r#""max_in_flight_tokens":null"#,
+            r#""max_in_flight_tokens":1099511627777"#,
+            r#""groups":[]"#,
+            r#""groups":{}"#,
+            r#""groups":null"#,
+            r#""meta":{"x":[1,2,{"y":"z"}]}"#,
+        ];
+        let full = r#"{"kind":"full_attention"}"#;
+        for f in fields {
+            // The field first (so a duplicate of a base field is the later one) and last.
+            texts.push(format!("{f},{base},\"groups\":[{full}]"));
+            texts.push(format!("\"groups\":[{full}],{base},{f}"));
+            texts.push(f.to_string());
+        }
+        texts.push(format!(
+            " {} ",
+            base.replace(',', " , ").replace(':', " : ") + r#" , "groups" : [ { "kind" : "mla" } ] "#
+        ));
+        texts.push(format!(
+            "{base},\"enable_caching\":false,\"groups\":[{{\"kind\":\"mamba\",\"mamba_cache_mode\":\"none\"}}]"
+        ));
+        for config in texts {
+            for text in [
+                format!("{{\"format\":\"kvtrace/1\",\"config\":{{{config}}},{ops}}}"),
+                format!("{{{ops},\"config\":{{{config}}},\"format\":\"kvtrace/1\"}}"),
+            ] {
+                agree(&text);
+            }
+        }
+        // Generated configs are read directly, into what `parse_config` makes of them.
+        let mut read = 0;
+        for i in 0..300 {
+            let v = generate(17, i);
+            let text = v["config"].to_string();
+            let mut p = Parser {
+                s: &text,
+                b: text.as_bytes(),
+                i: 0,
+            };
+            let direct = p.config().map(|c| format!("{c:?}"));
+            match crate::kvtrace::config::parse_config(&v["config"]) {
+                Ok(c) => assert_eq!(direct, Some(format!("{c:?}")), "{text}"),
+                Err(_) => assert_eq!(direct, None, "{text}"),
+            }
+            read += usize::from(direct.is_some());
+        }
+        assert!(read > 250, "{read}");
+        for config in ["{}", "[]", "null", "7", "{ }", r#"{"":1}"#] {
+            agree(&format!("{{\"format\":\"kvtrace/1\",\"config\":{config},{ops}}}"));
+        }
     }
 
     #[test]
@@ -1055,6 +1561,13 @@ mod tests {
             "\u{feff}{}",
         ] {
             agree(text);
+        }
+        // The ops list's separators around the one-newline fast path.
+        let free = r#"{"op":"free","id":"r1"}"#;
+        for sep in [",\n", ",\n ", ",\n\n", ",\n\t", ", \n", ",\r\n", ",\n,", ",\n]"] {
+            agree(&format!("{head}{free}{sep}{free}]}}"));
+            agree(&format!("{head}{free}{sep}]}}"));
+            agree(&format!("{head}{free}{sep}"));
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         agree(&format!("{head}{}]}}", edge_ops().join(",")));
