@@ -178,6 +178,12 @@ impl BlockPool {
         })
     }
 
+    /// Whether the block has a primary key (its `hashed` bit), without reading the key.
+    #[inline]
+    fn is_hashed(&self, id: u32) -> bool {
+        self.hashed[id as usize / 64] & (1 << (id % 64)) != 0
+    }
+
     /// Whether the block is in the free queue.
     pub fn in_free_queue(&self, id: u32) -> bool {
         self.free.contains(id)
@@ -230,12 +236,9 @@ impl BlockPool {
 
     /// Set or clear a block's primary key, keeping the `hashed` bits in step.
     fn set_primary(&mut self, id: u32, tag: Option<BlockHashTag>) {
-        self.changes.block(id);
-        if let Some(old) = self.block_hash(id) {
-            self.changes.key(old.key);
-        }
-        if let Some(new) = tag {
-            self.changes.key(new.key);
+        // Reading the old key costs a lookup per call: only a watcher needs it.
+        if self.changes.is_enabled() {
+            self.log_primary_change(id, tag);
         }
         let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
         if tag.is_some() {
@@ -249,6 +252,17 @@ impl BlockPool {
                 (t.key.hash, t.key.group, t.num_tokens);
         }
         self.hash_version += 1;
+    }
+
+    /// The change log of `set_primary`: the block, its old key and its new one.
+    fn log_primary_change(&mut self, id: u32, tag: Option<BlockHashTag>) {
+        self.changes.block(id);
+        if let Some(old) = self.block_hash(id) {
+            self.changes.key(old.key);
+        }
+        if let Some(new) = tag {
+            self.changes.key(new.key);
+        }
     }
 
     /// Block ids registered under `key`, first-inserted first.
@@ -311,7 +325,7 @@ impl BlockPool {
             if self.enable_caching {
                 if self.mutant == Some(ModelMutant::StaleCacheEntry) {
                     self.set_primary(id, None);
-                } else if self.evict_cached_block(id) {
+                } else if self.has_keys(id) && self.evict_cached_block(id) {
                     self.evictions += 1;
                 }
             }
@@ -319,6 +333,13 @@ impl BlockPool {
             out.push(id);
         }
         Ok(())
+    }
+
+    /// Whether the block may hold a key (primary or secondary): most drawn blocks hold
+    /// none, and evicting them would only log the block again.
+    #[inline]
+    fn has_keys(&self, id: u32) -> bool {
+        self.is_hashed(id) || !self.secondary.is_empty()
     }
 
     /// `_maybe_evict_cached_block`: drop every key of the block (lazy eviction).
@@ -384,7 +405,7 @@ impl BlockPool {
             let r = &mut self.ref_cnt[b as usize];
             *r = r.saturating_sub(1);
             if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
-                if self.block_hash(b).is_none() || !self.enable_caching {
+                if !self.is_hashed(b) || !self.enable_caching {
                     first.push(b);
                 } else {
                     last.push(b);
