@@ -71,6 +71,14 @@ fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String
         .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
 }
 
+/// `live`, mutably: an op that changes its request looks it up once.
+#[inline(always)]
+fn live_mut<'a>(slots: &'a mut Slots, data: &OpData, id: u32) -> Result<&'a mut Live, String> {
+    slots
+        .get_mut(id)
+        .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
+}
+
 /// A compiled field check, failing with its stored `InvalidOp` message.
 fn checked<T>(data: &OpData, c: Checked<T>) -> Result<T, OpError> {
     c.map_err(|e| OpError::Invalid(data.str(e).to_string()))
@@ -134,10 +142,6 @@ impl Replayer {
         })
     }
 
-    fn live_mut(&mut self, id: u32) -> &mut Live {
-        self.slots.get_mut(id).expect("checked live")
-    }
-
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
         // Most ops follow no lookup: nothing to consume, nothing to move.
@@ -184,13 +188,11 @@ impl Replayer {
             }
             Op::Preempt(id) => {
                 let id = checked(data, id)?;
-                let l = live(&self.slots, data, id)?;
+                let l = live_mut(&mut self.slots, data, id)?;
                 if l.req.status != RequestStatus::Running {
                     return Err("preempt needs a running request".into());
                 }
-                let rid = l.req.id;
-                self.kv.free(rid);
-                let l = self.live_mut(id);
+                self.kv.free(l.req.id);
                 l.req.num_computed_tokens = 0;
                 l.req.status = RequestStatus::Preempted;
                 l.uncommitted = None;
@@ -201,7 +203,8 @@ impl Replayer {
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
                 self.slots.remove(id);
-                self.order.retain(|&k| k != id);
+                let at = self.order_position(data, id);
+                self.order.remove(at);
                 self.live_changed = true;
                 Ok(Outcome::Null)
             }
@@ -234,7 +237,16 @@ impl Replayer {
             tokens.extend_from_slice(prompt);
             Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
         });
-        let at = match data.ids.ranks() {
+        let at = self.order_position(data, id);
+        self.order.insert(at, id);
+        self.live_changed = true;
+        Ok(Outcome::Null)
+    }
+
+    /// Where `id` is (or goes) in the name-ordered live ids: names are unique, so
+    /// this is its own place once it is live.
+    fn order_position(&self, data: &OpData, id: u32) -> usize {
+        match data.ids.ranks() {
             // A compiled trace ranks its ids by name up front.
             Some(rank) => {
                 let mine = rank[id as usize];
@@ -245,21 +257,18 @@ impl Replayer {
                 let name = data.ids.name(id);
                 self.order.partition_point(|&k| data.ids.name(k) < name)
             }
-        };
-        self.order.insert(at, id);
-        self.live_changed = true;
-        Ok(Outcome::Null)
+        }
     }
 
     fn get_computed_blocks(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
-        let l = live(&self.slots, data, id)?;
+        let l = live_mut(&mut self.slots, data, id)?;
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
         let mut hit = std::mem::take(&mut self.spare_hit);
         self.kv.get_computed_blocks_into(&l.req, &mut hit);
+        l.req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
-        self.live_mut(id).req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.pending = Some((id, hit));
         Ok(Outcome::Lookup)
     }
@@ -270,7 +279,7 @@ impl Replayer {
         a: Alloc,
         lookup: Option<&(u32, ComputedBlocks)>,
     ) -> Result<Outcome, OpError> {
-        let l = live(&self.slots, data, a.id)?;
+        let l = live_mut(&mut self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
         }
@@ -298,7 +307,6 @@ impl Replayer {
         if !self.kv.allocate_slots_into(&l.req, args, &mut self.new_blocks)? {
             return Ok(Outcome::Null);
         }
-        let l = self.live_mut(a.id);
         l.req.num_computed_tokens += hit_tokens;
         l.req.status = RequestStatus::Running;
         l.uncommitted = Some(a.num_new_tokens);
@@ -309,7 +317,7 @@ impl Replayer {
         let outputs = data.tokens(c.output_tokens);
         let max = self.kv().config.max_model_len;
         let n = c.num_tokens;
-        let l = live(&self.slots, data, c.id)?;
+        let l = live_mut(&mut self.slots, data, c.id)?;
         if l.req.status != RequestStatus::Running || l.uncommitted.is_none() {
             return Err("commit needs a running request with an uncommitted allocation".into());
         }
@@ -324,7 +332,6 @@ impl Replayer {
                 return Err("output tokens beyond max_model_len".into());
             }
         }
-        let l = self.live_mut(c.id);
         l.req.num_computed_tokens += n;
         l.req.append_output(outputs);
         l.uncommitted = None;
