@@ -47,7 +47,7 @@ impl<V> ReqMap<V> {
     pub fn get(&self, req: &ReqId) -> Option<&V> {
         match self.direct.get(*req as usize) {
             Some(slot) => slot.as_ref(),
-            None if *req as usize >= DIRECT => self.rest.get(req),
+            None if *req as usize >= DIRECT => rest_get(&self.rest, req),
             None => None,
         }
     }
@@ -57,7 +57,7 @@ impl<V> ReqMap<V> {
     pub fn get_mut(&mut self, req: &ReqId) -> Option<&mut V> {
         match self.direct.get_mut(*req as usize) {
             Some(slot) => slot.as_mut(),
-            None if *req as usize >= DIRECT => self.rest.get_mut(req),
+            None if *req as usize >= DIRECT => rest_get_mut(&mut self.rest, req),
             None => None,
         }
     }
@@ -84,7 +84,7 @@ impl<V> ReqMap<V> {
     pub fn insert(&mut self, req: ReqId, v: V) -> Option<V> {
         let i = req as usize;
         if i >= DIRECT {
-            return self.rest.insert(req, v);
+            return rest_insert(&mut self.rest, req, v);
         }
         if self.direct.len() <= i {
             self.direct.resize_with(i + 1, || None);
@@ -96,7 +96,7 @@ impl<V> ReqMap<V> {
     pub fn remove(&mut self, req: &ReqId) -> Option<V> {
         match self.direct.get_mut(*req as usize) {
             Some(slot) => slot.take(),
-            None if *req as usize >= DIRECT => self.rest.remove(req),
+            None if *req as usize >= DIRECT => rest_remove(&mut self.rest, req),
             None => None,
         }
     }
@@ -121,6 +121,32 @@ impl<V> ReqMap<V> {
             .map(|(k, _)| k)
             .chain(self.rest.keys().copied())
     }
+}
+
+// The hashed side, out of line: inlined, its hash of the id was computed up front at
+// every call site, though ids are nearly always direct.
+#[cold]
+#[inline(never)]
+fn rest_get<'a, V>(rest: &'a FastMap<ReqId, V>, req: &ReqId) -> Option<&'a V> {
+    rest.get(req)
+}
+
+#[cold]
+#[inline(never)]
+fn rest_get_mut<'a, V>(rest: &'a mut FastMap<ReqId, V>, req: &ReqId) -> Option<&'a mut V> {
+    rest.get_mut(req)
+}
+
+#[cold]
+#[inline(never)]
+fn rest_remove<V>(rest: &mut FastMap<ReqId, V>, req: &ReqId) -> Option<V> {
+    rest.remove(req)
+}
+
+#[cold]
+#[inline(never)]
+fn rest_insert<V>(rest: &mut FastMap<ReqId, V>, req: ReqId, v: V) -> Option<V> {
+    rest.insert(req, v)
 }
 
 #[cfg(test)]
