@@ -50,6 +50,11 @@ impl ComputedBlocks {
     }
 }
 
+/// Whether some group is Mamba "align" (its needs follow other rules).
+fn any_mamba_align(groups: &[GroupManager]) -> bool {
+    groups.iter().any(GroupManager::is_mamba_align)
+}
+
 /// Arguments of `allocate_slots` beyond the request (core subset of §5.3).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AllocateArgs<'a> {
@@ -83,6 +88,8 @@ pub struct KvCacheManager {
     /// Group managers a `reset_to` with fewer groups set aside, kept for their storage
     /// (tables, maps) so that a later reset with more groups does not regrow it.
     spare_groups: Vec<GroupManager>,
+    /// Some group is Mamba "align" (fixed by the config; every allocation asks).
+    mamba_align: bool,
 }
 
 reuse_clone!(KvCacheManager {
@@ -91,7 +98,8 @@ reuse_clone!(KvCacheManager {
     groups,
     coordinator,
     slip,
-    spare_groups
+    spare_groups,
+    mamba_align
 });
 
 impl KvCacheManager {
@@ -111,7 +119,7 @@ impl KvCacheManager {
             config.hash_block_size(),
         );
         let align = coordinator.cache_hit_alignment(&config.groups);
-        let groups = config
+        let groups: Vec<GroupManager> = config
             .groups
             .iter()
             .enumerate()
@@ -122,6 +130,7 @@ impl KvCacheManager {
             })
             .collect();
         let pool = BlockPool::with_mutant(config.num_blocks, config.enable_caching, mutant);
+        let mamba_align = any_mamba_align(&groups);
         Ok(KvCacheManager {
             pool,
             groups,
@@ -129,6 +138,7 @@ impl KvCacheManager {
             config,
             slip: None,
             spare_groups: Vec::new(),
+            mamba_align,
         })
     }
 
@@ -167,6 +177,7 @@ impl KvCacheManager {
         self.pool.reset_to(config.num_blocks, config.enable_caching, None);
         self.config.clone_from(config);
         self.slip = None;
+        self.mamba_align = any_mamba_align(&self.groups);
         Ok(())
     }
 
@@ -288,7 +299,7 @@ impl KvCacheManager {
         } else {
             0
         };
-        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.any_mamba_align() {
+        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align {
             return self.allocate_without_hits(req, a, total_computed, watermark, new_blocks);
         }
         let free = self.pool.num_free_blocks() as i64;
@@ -333,12 +344,6 @@ impl KvCacheManager {
             self.cache_blocks(req, (total_computed + a.num_new_tokens).min(req.num_tokens()))?;
         }
         Ok(true)
-    }
-
-    /// Whether some group is Mamba "align" (its needs follow other rules).
-    #[inline]
-    fn any_mamba_align(&self) -> bool {
-        self.groups.iter().any(GroupManager::is_mamba_align)
     }
 
     /// `allocate_slots` (the steps of `allocate_slots_into`) offered no hits and not
