@@ -228,27 +228,37 @@ fn search(
     }
 }
 
-fn exhaustive_pass(progress: &mut dyn FnMut(u64, u64)) -> ExhaustiveSummary {
+/// The default bounds' search (states, sequences, depth, violation).
+type DefaultPass = (u64, String, usize, Option<String>);
+
+fn default_pass(progress: &mut dyn FnMut(u64, u64)) -> DefaultPass {
     let (states, sequences, depth, violation, _) = search(&crate::exhaustive::Bounds::default(), progress);
-    let (h_states, h_sequences, h_depth, h_violation, report) =
-        search(&crate::exhaustive::Bounds::hybrid(), &mut |_, _| {});
+    (states, sequences, depth, violation)
+}
+
+fn hybrid_pass() -> HybridSummary {
+    let (states, sequences, depth, violation, report) = search(&crate::exhaustive::Bounds::hybrid(), &mut |_, _| {});
     let fixed_point = report.and_then(|r| {
         r.reached
             .get(&crate::exhaustive::Event::FixedPointReask)
             .map(|ops| ops_text(ops))
     });
+    HybridSummary {
+        states,
+        sequences,
+        depth,
+        violation,
+        fixed_point,
+    }
+}
+
+fn exhaustive_summary((states, sequences, depth, violation): DefaultPass, hybrid: HybridSummary) -> ExhaustiveSummary {
     ExhaustiveSummary {
         states,
         sequences,
         depth,
         violation,
-        hybrid: HybridSummary {
-            states: h_states,
-            sequences: h_sequences,
-            depth: h_depth,
-            violation: h_violation,
-            fixed_point,
-        },
+        hybrid,
     }
 }
 
@@ -301,26 +311,32 @@ pub fn check_with(
         let out = run_case(base, &spec, None);
         (spec, out)
     };
-    // With two threads or more, the exhaustive pass runs on one of them beside the
-    // cases. Its search stays on that thread: on the 2-core machine its threaded
-    // expansion (`explore_jobs`) was 1.1x faster on two threads (the fold between
-    // batches is serial), which left the search longer than the cases beside it.
+    // With two threads or more, the exhaustive pass's default search runs on one of them
+    // beside the cases, and its small hybrid search after the cases. The default search
+    // stays on its thread: on the 2-core machine its threaded expansion (`explore_jobs`)
+    // was 1.1x faster on two threads (the fold between batches is serial), which left it
+    // longer than the cases beside it.
     let (outcomes, summary) = if cfg.runs_exhaustive() && cfg.jobs > 1 {
         let levels = AtomicU64::new(0);
         std::thread::scope(|scope| {
-            let search = scope.spawn(|| exhaustive_pass(&mut |done, _| levels.store(done, Ordering::Relaxed)));
+            let search = scope.spawn(|| default_pass(&mut |done, _| levels.store(done, Ordering::Relaxed)));
             let outcomes = par_map(&cases, cfg.jobs - 1, run, progress);
+            let hybrid = hybrid_pass();
             let max_ops = crate::exhaustive::Bounds::default().max_ops as u64;
             while !search.is_finished() {
                 exhaustive(levels.load(Ordering::Relaxed), max_ops);
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             exhaustive(max_ops, max_ops);
-            (outcomes, Some(search.join().expect("the exhaustive pass panicked")))
+            let default = search.join().expect("the exhaustive pass panicked");
+            (outcomes, Some(exhaustive_summary(default, hybrid)))
         })
     } else {
         let outcomes = par_map(&cases, cfg.jobs, run, progress);
-        (outcomes, cfg.runs_exhaustive().then(|| exhaustive_pass(exhaustive)))
+        let summary = cfg
+            .runs_exhaustive()
+            .then(|| exhaustive_summary(default_pass(exhaustive), hybrid_pass()));
+        (outcomes, summary)
     };
     let mut rows: BTreeMap<String, Tally> = BTreeMap::new();
     let mut all_goals: BTreeMap<String, u64> = BTreeMap::new();
