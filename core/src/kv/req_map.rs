@@ -15,22 +15,7 @@ pub struct ReqMap<V> {
     rest: FastMap<ReqId, V>,
 }
 
-// By hand, for a `clone_from` that reuses the storage (kv/reuse_clone.rs says why).
-impl<V: Clone> Clone for ReqMap<V> {
-    fn clone(&self) -> Self {
-        let ReqMap { direct, rest } = self;
-        ReqMap {
-            direct: direct.clone(),
-            rest: rest.clone(),
-        }
-    }
-
-    fn clone_from(&mut self, source: &Self) {
-        let ReqMap { direct, rest } = self;
-        direct.clone_from(&source.direct);
-        rest.clone_from(&source.rest);
-    }
-}
+reuse_clone!(ReqMap<V> { direct, rest });
 
 impl<V> Default for ReqMap<V> {
     fn default() -> Self {

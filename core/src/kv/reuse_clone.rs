@@ -5,11 +5,13 @@
 //! of the search's time. Each impl destructures its type whole, so a field added later
 //! fails to compile here instead of being left out of the copy.
 
-/// `impl Clone for TYPE` field by field: `clone` clones each field, `clone_from` calls
-/// each field's `clone_from`. Invoke it in the type's own module (private fields).
+/// `impl Clone for TYPE` (or `TYPE<V>`, with `V: Clone`) field by field: `clone` clones
+/// each field, `clone_from` calls each field's `clone_from`. Invoke it in the type's own
+/// module (private fields); other crates' types holding the model use it too.
+#[macro_export]
 macro_rules! reuse_clone {
-    ($ty:ident { $($field:ident),* $(,)? }) => {
-        impl Clone for $ty {
+    ($ty:ident $(<$g:ident>)? { $($field:ident),* $(,)? }) => {
+        impl$(<$g: Clone>)? Clone for $ty$(<$g>)? {
             fn clone(&self) -> Self {
                 let $ty { $($field),* } = self;
                 $ty { $($field: Clone::clone($field)),* }

@@ -33,14 +33,12 @@ pub struct Succ {
 
 /// A thread's scratch: the encoder, the action buffer, the state each op is applied to
 /// (copied over from the frontier state with `clone_from`, which reuses its storage: only
-/// a successor that is kept is cloned anew), and, on one thread, the fresh fingerprints it
-/// already kept (`Claim::Local`).
+/// a successor that is kept is cloned anew).
 #[derive(Default)]
 pub struct Scratch {
     enc: Encoder,
     actions: Vec<Op>,
     state: Option<State>,
-    kept: FastMap<Fingerprint, ()>,
 }
 
 /// What every expansion within one BFS level reads.
@@ -60,8 +58,8 @@ pub struct Level<'a> {
 /// carry the state and its check, so the kept states are the ones one thread keeps.
 #[derive(Clone, Copy)]
 pub enum Claim<'a> {
-    /// One thread, folding each successor as it is made: the first one this scratch
-    /// meets (`Scratch::forget` after each fold).
+    /// One thread, folding each successor as it is made: `seen` is up to date, so a
+    /// successor it does not have is the first occurrence.
     Local,
     /// Threads sharing a batch: `owners` maps a fingerprint to the earliest place in the
     /// batch that checked it so far, and an earlier place (`at`) takes it over. The
@@ -73,9 +71,9 @@ pub enum Claim<'a> {
 }
 
 impl Claim<'_> {
-    fn take(self, fp: Fingerprint, kept: &mut FastMap<Fingerprint, ()>) -> bool {
+    fn take(self, fp: Fingerprint) -> bool {
         match self {
-            Claim::Local => kept.insert(fp, ()).is_none(),
+            Claim::Local => true,
             Claim::Shared { owners, at } => {
                 match owners.lock().expect("no thread panics holding the owners").entry(fp) {
                     Entry::Vacant(e) => {
@@ -125,20 +123,13 @@ pub fn expand_op(level: Level<'_>, state: &State, op: Op, x: &mut Scratch, claim
         };
     }
     let fp = x.enc.fingerprint(s);
-    let fresh = !seen.contains_key(&fp) && claim.take(fp, &mut x.kept);
+    let fresh = !seen.contains_key(&fp) && claim.take(fp);
     Succ {
         op,
         fx,
         fp: Some(fp),
         violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
         state: (fresh && keep).then(|| Box::new(s.clone())),
-    }
-}
-
-impl Scratch {
-    /// Forget the kept fingerprints (one thread, `seen` up to date: they are in it).
-    pub fn forget(&mut self) {
-        self.kept.clear();
     }
 }
 

@@ -155,7 +155,6 @@ impl Search<'_> {
                     for &op in &actions {
                         let level = self.level(keep);
                         let x = expand::expand_op(level, &state, op, &mut scratch, expand::Claim::Local);
-                        scratch.forget();
                         if !self.step(id, x, keep.then_some(&mut next)) {
                             self.report.depth = depth;
                             return;

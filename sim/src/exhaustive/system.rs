@@ -167,39 +167,10 @@ pub struct State {
     pub slots: Vec<Option<Slot>>,
 }
 
-// By hand, for a `clone_from` that reuses the target's storage: the search copies a state
-// into one scratch state per transition (kvsim_core's kv/reuse_clone.rs).
-impl Clone for Slot {
-    fn clone(&self) -> Self {
-        let Slot { req, uncommitted } = self;
-        Slot {
-            req: req.clone(),
-            uncommitted: *uncommitted,
-        }
-    }
-
-    fn clone_from(&mut self, source: &Self) {
-        let Slot { req, uncommitted } = self;
-        req.clone_from(&source.req);
-        *uncommitted = source.uncommitted;
-    }
-}
-
-impl Clone for State {
-    fn clone(&self) -> Self {
-        let State { kv, slots } = self;
-        State {
-            kv: kv.clone(),
-            slots: slots.clone(),
-        }
-    }
-
-    fn clone_from(&mut self, source: &Self) {
-        let State { kv, slots } = self;
-        kv.clone_from(&source.kv);
-        slots.clone_from(&source.slots);
-    }
-}
+// The search copies a state into one scratch state per transition: a `clone_from` that
+// reuses the scratch's storage (kvsim_core's kv/reuse_clone.rs).
+kvsim_core::reuse_clone!(Slot { req, uncommitted });
+kvsim_core::reuse_clone!(State { kv, slots });
 
 /// The fixed parameters: config, one prompt per slot, the output budget.
 #[derive(Clone, Debug)]
