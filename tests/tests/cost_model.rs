@@ -67,6 +67,7 @@ fn decode_step(bytes: u64, seqs: u64, ctas: u64) -> StepDesc {
                     nsplit: 1,
                     split_tokens: 128 * (bytes / (seqs * 8192 * 128)).max(1) as u32,
                     head_dim: 128,
+                    head_tile: 4,
                 }],
             },
         ],

@@ -304,6 +304,7 @@ mod tests {
                     nsplit: 1,
                     split_tokens,
                     head_dim: 128,
+                    head_tile: 4,
                 }],
             }],
         }

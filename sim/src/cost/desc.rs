@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::routing::Routing;
 
 /// The description format version (bumped when a field's meaning changes).
-pub const DESC_VERSION: u32 = 5;
+pub const DESC_VERSION: u32 = 6;
 
 /// Cache that expert weights of one MoE op can stay in for the next (the H200's L2 is 60 MiB;
 /// K/V streams through it between MoE ops).
@@ -67,6 +67,10 @@ pub struct AttnDesc {
     /// 0 in descriptions before version 5.
     #[serde(default)]
     pub head_dim: u32,
+    /// Query heads (rows) one CTA computes and, with splits, its last CTA combines;
+    /// 0 in descriptions before version 6.
+    #[serde(default)]
+    pub head_tile: u32,
 }
 
 impl AttnDesc {
@@ -94,6 +98,13 @@ impl AttnDesc {
     /// spill (0 at 128 and below).
     pub fn spilled_dims(&self) -> f64 {
         f64::from(self.head_dim.saturating_sub(128)) / 128.0
+    }
+
+    /// Output elements each thread of the combining CTA folds the splits into (its rows x the
+    /// head dim over the CTA's 128 threads): the combine's loop count.
+    pub fn combine_elems_per_thread(&self) -> f64 {
+        let elems = u64::from(self.head_tile.max(1)) * u64::from(self.head_dim);
+        elems.div_ceil(u64::from(kvsim_core::device::lower::DECODE_THREADS)) as f64
     }
 }
 
@@ -299,6 +310,7 @@ fn attn_launches(
             nsplit: split.nsplit,
             split_tokens: split.split_tokens,
             head_dim: g.head_dim,
+            head_tile: kernel.head_tile(),
         });
     }
     out

@@ -59,7 +59,11 @@ mod ix {
     pub const STATE_TOKEN: usize = 35;
     pub const OP_GAP: usize = 36;
     pub const MMA_SPILL_ITER: usize = 37;
-    pub const COUNT: usize = 38;
+    pub const COMBINE: usize = 38;
+    pub const COMBINE_ELEM: usize = 39;
+    pub const COMBINE_SPLIT: usize = 40;
+    pub const GENERIC_COMBINE: usize = 41;
+    pub const COUNT: usize = 42;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -250,6 +254,17 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 }
                 if rest > 0 {
                     t.add(&wave(rest));
+                }
+                // The K/V kernels' combine: the last CTA of a request's splits folds them,
+                // each thread its output elements, after the others' fences and counter.
+                if a.nsplit > 1 && matches!(a.family, Family::Mma | Family::Generic) {
+                    let ept = a.combine_elems_per_thread();
+                    t.add_term(p, ix::COMBINE, 1.0);
+                    t.add_term(p, ix::COMBINE_ELEM, ept);
+                    t.add_term(p, ix::COMBINE_SPLIT, ept * f64::from(a.nsplit));
+                    if a.family == Family::Generic {
+                        t.add_term(p, ix::GENERIC_COMBINE, 1.0);
+                    }
                 }
                 kernel(t)
             })
@@ -453,6 +468,10 @@ mod tests {
             (ix::STATE_TOKEN, "state_token_ns"),
             (ix::OP_GAP, "op_event_gap_ns"),
             (ix::MMA_SPILL_ITER, "attn_mma_spill_iter_ns"),
+            (ix::COMBINE, "attn_combine_ns"),
+            (ix::COMBINE_ELEM, "attn_combine_elem_ns"),
+            (ix::COMBINE_SPLIT, "attn_combine_split_ns"),
+            (ix::GENERIC_COMBINE, "attn_generic_combine_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -471,6 +490,7 @@ mod tests {
                 nsplit: 1,
                 split_tokens: 8192,
                 head_dim,
+                head_tile: 4,
             }],
         }
     }
@@ -523,6 +543,38 @@ mod tests {
         assert_eq!(walk(Family::LatentMma, 576).1, 0.0);
     }
 
+    /// A decode with splits pays the combine once per launch: the fixed cost, and per output
+    /// element a thread of the last CTA folds (its rows x head dim over 128 threads), once and
+    /// per split; the CUDA-core kernel its extra fixed cost; one split and MLA kernels nothing.
+    #[test]
+    fn a_split_decode_pays_the_combine_once_per_launch() {
+        let p = Params::h200().to_vec();
+        let combine = |family, head_dim, head_tile, nsplit, ctas| {
+            let op = OpDesc::Decode {
+                launches: vec![AttnDesc {
+                    module: "m".into(),
+                    family,
+                    seqs: 1,
+                    bytes: 1,
+                    ctas,
+                    resident: 264,
+                    nsplit,
+                    split_tokens: 256,
+                    head_dim,
+                    head_tile,
+                }],
+            };
+            let t = kernel_times(&op, &p)[0].clone();
+            [ix::COMBINE, ix::COMBINE_ELEM, ix::COMBINE_SPLIT, ix::GENERIC_COMBINE].map(|i| t.coef[i])
+        };
+        // 4 rows of 128 dims: 4 elements per thread; 8 splits in 2 waves still combine once.
+        assert_eq!(combine(Family::Mma, 128, 4, 8, 528), [1.0, 4.0, 32.0, 0.0]);
+        assert_eq!(combine(Family::Mma, 64, 1, 2, 2), [1.0, 1.0, 2.0, 0.0]);
+        assert_eq!(combine(Family::Generic, 80, 1, 3, 3), [1.0, 1.0, 3.0, 1.0]);
+        assert_eq!(combine(Family::Mma, 128, 4, 1, 8), [0.0; 4]);
+        assert_eq!(combine(Family::LatentMma, 576, 8, 4, 32), [0.0; 4]);
+    }
+
     /// A state update's time: per serial step plus per token walked.
     #[test]
     fn a_state_update_prices_its_tokens_and_its_serial_steps() {
@@ -549,6 +601,7 @@ mod tests {
                 nsplit: 1,
                 split_tokens: 1024,
                 head_dim: 128,
+                head_tile: 4,
             }],
         }
     }

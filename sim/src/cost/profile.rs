@@ -140,6 +140,18 @@ params! {
     /// a thread may use, so they spill to local memory and the walk grows faster than the head
     /// dim (gpu/src/cuda/attn_mma.cu; microbenchmark `attn-d256-kv4`).
     attn_mma_spill_iter_ns = 0.0,
+    /// Decode with splits (tensor-core and CUDA-core K/V kernels): once per launch, the split
+    /// combine's fixed cost (each CTA's fence and counter, the last CTA's wait for the others;
+    /// gpu/src/cuda/prelude.cuh `combine_if_last`).
+    attn_combine_ns = 0.0,
+    /// Decode with splits: per output element one thread of the combining CTA folds.
+    attn_combine_elem_ns = 0.0,
+    /// Decode with splits: per output element a thread folds, per split (its partial maxima,
+    /// sums and rows read from L2).
+    attn_combine_split_ns = 0.0,
+    /// Decode with splits, CUDA-core K/V kernel only: its combine's extra fixed cost (measured
+    /// by the microbenchmarks: about 48 µs from one split to two).
+    attn_generic_combine_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -277,8 +289,17 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 /// without one loads with 0 and keeps its hash (issue 21's microbenchmarks added the state
 /// update's per-token term, with which such a file predicts as it did, the per-op event gap:
 /// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
-/// the tensor-core decode's spill term above a head dim of 128).
-pub const ADDED_ZERO_PARAMS: &[&str] = &["state_token_ns", "op_event_gap_ns", "attn_mma_spill_iter_ns"];
+/// the tensor-core decode's spill term above a head dim of 128, and the K/V kernels' split
+/// combine).
+pub const ADDED_ZERO_PARAMS: &[&str] = &[
+    "state_token_ns",
+    "op_event_gap_ns",
+    "attn_mma_spill_iter_ns",
+    "attn_combine_ns",
+    "attn_combine_elem_ns",
+    "attn_combine_split_ns",
+    "attn_generic_combine_ns",
+];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
