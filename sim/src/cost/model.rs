@@ -63,7 +63,8 @@ mod ix {
     pub const COMBINE_ELEM: usize = 39;
     pub const COMBINE_SPLIT: usize = 40;
     pub const GENERIC_COMBINE: usize = 41;
-    pub const COUNT: usize = 42;
+    pub const MOE_FIXED: usize = 42;
+    pub const COUNT: usize = 43;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -312,6 +313,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 l.add_term(p, ix::MOE_SERIAL_EXPERT, routing.max_load * e);
                 kernel(l)
             };
+            route.add_term(p, ix::MOE_FIXED, 1.0);
             vec![kernel(Lin::zero()), kernel(route), gemm(h), gemm(f)]
         }
         OpDesc::Merged | OpDesc::BeginTimed { .. } | OpDesc::EndTimed { .. } | OpDesc::HostWork { .. } => Vec::new(),
@@ -441,6 +443,7 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
 #[cfg(test)]
 mod tests {
     use super::super::desc::AttnDesc;
+    use super::super::routing::Routing;
     use super::*;
 
     #[test]
@@ -472,6 +475,7 @@ mod tests {
             (ix::COMBINE_ELEM, "attn_combine_elem_ns"),
             (ix::COMBINE_SPLIT, "attn_combine_split_ns"),
             (ix::GENERIC_COMBINE, "attn_generic_combine_ns"),
+            (ix::MOE_FIXED, "moe_fixed_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -573,6 +577,25 @@ mod tests {
         assert_eq!(combine(Family::Generic, 80, 1, 3, 3), [1.0, 1.0, 3.0, 1.0]);
         assert_eq!(combine(Family::Mma, 128, 4, 1, 8), [0.0; 4]);
         assert_eq!(combine(Family::LatentMma, 576, 8, 4, 32), [0.0; 4]);
+    }
+
+    /// A MoE op pays its own fixed cost once (in its router kernel), whatever its load.
+    #[test]
+    fn a_moe_op_pays_its_fixed_cost_once() {
+        let p = Params::h200().to_vec();
+        for counts in [vec![1, 0, 0, 0], vec![7, 3, 9, 1]] {
+            let op = OpDesc::Moe {
+                tokens: counts.iter().sum::<u32>().into(),
+                top_k: 1,
+                experts: 4,
+                hidden: 1024,
+                ffn: 512,
+                hidden_state: false,
+                routing: Routing::from_counts(&counts, "replicated"),
+            };
+            let fixed: Vec<f64> = kernel_times(&op, &p).iter().map(|k| k.coef[ix::MOE_FIXED]).collect();
+            assert_eq!(fixed, [0.0, 1.0, 0.0, 0.0], "{counts:?}");
+        }
     }
 
     /// A state update's time: per serial step plus per token walked.

@@ -152,6 +152,11 @@ params! {
     /// Decode with splits, CUDA-core K/V kernel only: its combine's extra fixed cost (measured
     /// by the microbenchmarks: about 48 µs from one split to two).
     attn_generic_combine_ns = 0.0,
+    /// MoE: once per op, the layer's own fixed device cost beyond its four kernels' (the up and
+    /// down kernels' first weight rows, the routing lists' set-up). Without it the MoE op's fixed
+    /// cost is `gpu_kernel_ns`, which every kernel family shares, and the fit priced small loads
+    /// through `moe_cold_ns` instead (+14-61 % at 1-16 token-expert pairs, docs/timing.md).
+    moe_fixed_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -299,6 +304,7 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "attn_combine_elem_ns",
     "attn_combine_split_ns",
     "attn_generic_combine_ns",
+    "moe_fixed_ns",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
