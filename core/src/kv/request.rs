@@ -115,7 +115,11 @@ impl Request {
 
     /// `append_output_token_ids`: extends the tokens and the hash chain.
     pub fn append_output(&mut self, out: &[u64]) {
-        self.tokens.extend_from_slice(out);
+        // Nearly every commit appends one decoded token: a push, not a memcpy call.
+        match out {
+            [t] => self.tokens.push(*t),
+            _ => self.tokens.extend_from_slice(out),
+        }
         self.update_block_hashes();
     }
 

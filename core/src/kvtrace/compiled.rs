@@ -93,7 +93,7 @@ impl CompiledTrace {
         let Ok(cfg) = &self.config else { return 0 };
         let r = storage.replayer(cfg);
         for (i, &op) in self.ops.iter().enumerate() {
-            if r.apply(&self.data, op).is_err() {
+            if r.apply_inline(&self.data, op).is_err() {
                 return i + 1;
             }
         }

@@ -144,6 +144,13 @@ impl Replayer {
 
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        self.apply_inline(data, op)
+    }
+
+    /// `apply`, inlined into a caller's loop over ops (the quiet replay): its
+    /// register saves are then paid once per replay instead of once per op.
+    #[inline(always)]
+    pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
         // Most ops follow no lookup: nothing to consume, nothing to move.
         if self.pending.is_none() {
             return self.apply_with(data, op, None);
@@ -273,6 +280,9 @@ impl Replayer {
         Ok(Outcome::Lookup)
     }
 
+    // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
+    // one call's register saves, not two.
+    #[inline(always)]
     fn allocate_slots(
         &mut self,
         data: &OpData,
@@ -313,6 +323,7 @@ impl Replayer {
         Ok(Outcome::Alloc)
     }
 
+    #[inline(always)]
     fn commit(&mut self, data: &OpData, c: Commit) -> Result<Outcome, OpError> {
         let outputs = data.tokens(c.output_tokens);
         let max = self.kv().config.max_model_len;
