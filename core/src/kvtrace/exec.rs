@@ -46,6 +46,8 @@ pub struct Replayer {
     slots: Slots,
     /// Live ids sorted by name (the observation's `requests` order).
     order: Vec<u32>,
+    /// `order` is kept: off only in a quiet replay, which renders no observation.
+    keep_order: bool,
     /// The live set changed since the last observation.
     live_changed: bool,
     /// Everything must be rendered afresh (a new replay, or the model was handed out).
@@ -90,6 +92,7 @@ impl Replayer {
             kv,
             slots: Slots::default(),
             order: Vec::new(),
+            keep_order: true,
             live_changed: true,
             stale: true,
             next_rid: 0,
@@ -106,6 +109,7 @@ impl Replayer {
         self.kv.reset_to(cfg)?;
         self.slots.reset();
         self.order.clear();
+        self.keep_order = true;
         self.live_changed = true;
         self.stale = true;
         self.next_rid = 0;
@@ -134,8 +138,17 @@ impl Replayer {
         self.slots.get(id)
     }
 
+    /// Until the next `reset_to`, keep no name order of the live ids (`live_in_order`
+    /// is then unavailable): a quiet replay renders nothing, and placing every new
+    /// request cost a binary search and a shift on each add and free.
+    pub(super) fn skip_order(&mut self) {
+        self.keep_order = false;
+        self.order.clear();
+    }
+
     /// Live requests in name order: (id, slot, request).
     pub fn live_in_order(&self) -> impl Iterator<Item = (u32, u32, &Live)> {
+        assert!(self.keep_order, "a quiet replay keeps no name order");
         self.order.iter().map(|&k| {
             let slot = self.slots.slot(k).expect("ordered ids are live");
             (k, slot, self.slots.get(k).expect("ordered ids are live"))
@@ -210,8 +223,10 @@ impl Replayer {
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
                 self.slots.remove(id);
-                let at = self.order_position(data, id);
-                self.order.remove(at);
+                if self.keep_order {
+                    let at = self.order_position(data, id);
+                    self.order.remove(at);
+                }
                 self.live_changed = true;
                 Ok(Outcome::Null)
             }
@@ -244,8 +259,10 @@ impl Replayer {
             tokens.extend_from_slice(prompt);
             Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
         });
-        let at = self.order_position(data, id);
-        self.order.insert(at, id);
+        if self.keep_order {
+            let at = self.order_position(data, id);
+            self.order.insert(at, id);
+        }
         self.live_changed = true;
         Ok(Outcome::Null)
     }
