@@ -108,6 +108,48 @@ impl Request {
         r
     }
 
+    /// Become `with_hash_buffer(id, prompt, ..)` in place, keeping this request's token
+    /// and hash buffers (the tokens with room for at least `room` of them): a replay
+    /// renewing a retired request's slot then moves no request around.
+    pub fn renew(
+        &mut self,
+        id: ReqId,
+        prompt: &[u64],
+        room: usize,
+        cache_salt: Option<String>,
+        hash_block_size: Option<u64>,
+    ) {
+        // Every field named: a new one must be renewed here too.
+        let Request {
+            id: my_id,
+            tokens,
+            num_prompt_tokens,
+            num_computed_tokens,
+            num_in_flight_tokens,
+            num_output_placeholders,
+            block_hashes,
+            cache_salt: my_salt,
+            shared_prefix_boundary,
+            status,
+            skip_reading_prefix_cache,
+            hash_block_size: my_hbs,
+        } = self;
+        tokens.clear();
+        tokens.reserve(room);
+        tokens.extend_from_slice(prompt);
+        block_hashes.clear();
+        block_hashes.reserve(hash_block_size.map_or(0, |b| tokens.capacity() / b.max(1) as usize));
+        *my_id = id;
+        *num_prompt_tokens = prompt.len() as u64;
+        (*num_computed_tokens, *num_in_flight_tokens, *num_output_placeholders) = (0, 0, 0);
+        *my_salt = cache_salt;
+        *shared_prefix_boundary = 0;
+        *status = RequestStatus::Waiting;
+        *skip_reading_prefix_cache = false;
+        *my_hbs = hash_block_size;
+        self.update_block_hashes();
+    }
+
     /// Prompt and output tokens.
     pub fn num_tokens(&self) -> u64 {
         self.tokens.len() as u64

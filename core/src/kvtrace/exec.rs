@@ -3,9 +3,7 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots};
-use crate::kv::{
-    AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, Request, RequestStatus,
-};
+use crate::kv::{AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
     Invalid(String),
@@ -253,12 +251,9 @@ impl Replayer {
         let rid = self.next_rid;
         self.next_rid += 1;
         let hbs = self.kv.request_hash_block_size();
-        self.slots.insert(id, |mut tokens, hashes| {
-            // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
-            tokens.reserve((max as usize).min(prompt.len() + 1024));
-            tokens.extend_from_slice(prompt);
-            Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
-        });
+        // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
+        let room = (max as usize).min(prompt.len() + 1024);
+        self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
         if self.keep_order {
             let at = self.order_position(data, id);
             self.order.insert(at, id);

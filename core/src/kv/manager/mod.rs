@@ -280,7 +280,11 @@ impl GroupManager {
         let table = self.tables.entry(req);
         let start = table.len();
         pool.get_new_blocks_into(new as usize, table)?;
-        out.extend_from_slice(&table[start..]);
+        // Usually one new block: a push, not a memcpy call.
+        match &table[start..] {
+            [b] => out.push(*b),
+            new => out.extend_from_slice(new),
+        }
         Ok(())
     }
 
