@@ -199,4 +199,19 @@ mod tests {
             "a new request waits"
         );
     }
+
+    #[test]
+    fn a_renewed_request_is_a_new_one() {
+        let mut r = Request::new(4, vec![9; 13], Some("salt".into()), Some(4));
+        r.append_output(&[1, 2, 3]);
+        (r.num_computed_tokens, r.num_in_flight_tokens, r.num_output_placeholders) = (12, 1, 2);
+        (r.shared_prefix_boundary, r.status, r.skip_reading_prefix_cache) = (8, RequestStatus::Running, true);
+        for (salt, hbs) in [(None, Some(2)), (Some("s".to_string()), Some(4)), (None, None)] {
+            let prompt = [5, 6, 7, 8, 9];
+            r.renew(7, &prompt, 64, salt.clone(), hbs);
+            let fresh = Request::new(7, prompt.to_vec(), salt, hbs);
+            assert_eq!(format!("{r:?}"), format!("{fresh:?}"));
+            assert!(r.tokens.capacity() >= 64, "room for the outputs");
+        }
+    }
 }
