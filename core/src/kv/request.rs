@@ -108,6 +108,48 @@ impl Request {
         r
     }
 
+    /// Become `with_hash_buffer(id, prompt, ..)` in place, keeping this request's token
+    /// and hash buffers (the tokens with room for at least `room` of them): a replay
+    /// renewing a retired request's slot then moves no request around.
+    pub fn renew(
+        &mut self,
+        id: ReqId,
+        prompt: &[u64],
+        room: usize,
+        cache_salt: Option<String>,
+        hash_block_size: Option<u64>,
+    ) {
+        // Every field named: a new one must be renewed here too.
+        let Request {
+            id: my_id,
+            tokens,
+            num_prompt_tokens,
+            num_computed_tokens,
+            num_in_flight_tokens,
+            num_output_placeholders,
+            block_hashes,
+            cache_salt: my_salt,
+            shared_prefix_boundary,
+            status,
+            skip_reading_prefix_cache,
+            hash_block_size: my_hbs,
+        } = self;
+        tokens.clear();
+        tokens.reserve(room);
+        tokens.extend_from_slice(prompt);
+        block_hashes.clear();
+        block_hashes.reserve(hash_block_size.map_or(0, |b| tokens.capacity() / b.max(1) as usize));
+        *my_id = id;
+        *num_prompt_tokens = prompt.len() as u64;
+        (*num_computed_tokens, *num_in_flight_tokens, *num_output_placeholders) = (0, 0, 0);
+        *my_salt = cache_salt;
+        *shared_prefix_boundary = 0;
+        *status = RequestStatus::Waiting;
+        *skip_reading_prefix_cache = false;
+        *my_hbs = hash_block_size;
+        self.update_block_hashes();
+    }
+
     /// Prompt and output tokens.
     pub fn num_tokens(&self) -> u64 {
         self.tokens.len() as u64
@@ -115,7 +157,11 @@ impl Request {
 
     /// `append_output_token_ids`: extends the tokens and the hash chain.
     pub fn append_output(&mut self, out: &[u64]) {
-        self.tokens.extend_from_slice(out);
+        // Nearly every commit appends one decoded token: a push, not a memcpy call.
+        match out {
+            [t] => self.tokens.push(*t),
+            _ => self.tokens.extend_from_slice(out),
+        }
         self.update_block_hashes();
     }
 
@@ -152,5 +198,20 @@ mod tests {
             !Request::new(0, vec![1, 2, 3], None, Some(2)).status.is_finished(),
             "a new request waits"
         );
+    }
+
+    #[test]
+    fn a_renewed_request_is_a_new_one() {
+        let mut r = Request::new(4, vec![9; 13], Some("salt".into()), Some(4));
+        r.append_output(&[1, 2, 3]);
+        (r.num_computed_tokens, r.num_in_flight_tokens, r.num_output_placeholders) = (12, 1, 2);
+        (r.shared_prefix_boundary, r.status, r.skip_reading_prefix_cache) = (8, RequestStatus::Running, true);
+        for (salt, hbs) in [(None, Some(2)), (Some("s".to_string()), Some(4)), (None, None)] {
+            let prompt = [5, 6, 7, 8, 9];
+            r.renew(7, &prompt, 64, salt.clone(), hbs);
+            let fresh = Request::new(7, prompt.to_vec(), salt, hbs);
+            assert_eq!(format!("{r:?}"), format!("{fresh:?}"));
+            assert!(r.tokens.capacity() >= 64, "room for the outputs");
+        }
     }
 }

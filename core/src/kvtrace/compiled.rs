@@ -92,8 +92,9 @@ impl CompiledTrace {
     pub fn run_quiet_reusing(&self, storage: &mut ReplayStorage) -> usize {
         let Ok(cfg) = &self.config else { return 0 };
         let r = storage.replayer(cfg);
+        r.skip_order();
         for (i, &op) in self.ops.iter().enumerate() {
-            if r.apply(&self.data, op).is_err() {
+            if r.apply_inline(&self.data, op).is_err() {
                 return i + 1;
             }
         }

@@ -3,9 +3,7 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots};
-use crate::kv::{
-    AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, Request, RequestStatus,
-};
+use crate::kv::{AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
     Invalid(String),
@@ -46,6 +44,8 @@ pub struct Replayer {
     slots: Slots,
     /// Live ids sorted by name (the observation's `requests` order).
     order: Vec<u32>,
+    /// `order` is kept: off only in a quiet replay, which renders no observation.
+    keep_order: bool,
     /// The live set changed since the last observation.
     live_changed: bool,
     /// Everything must be rendered afresh (a new replay, or the model was handed out).
@@ -90,6 +90,7 @@ impl Replayer {
             kv,
             slots: Slots::default(),
             order: Vec::new(),
+            keep_order: true,
             live_changed: true,
             stale: true,
             next_rid: 0,
@@ -106,6 +107,7 @@ impl Replayer {
         self.kv.reset_to(cfg)?;
         self.slots.reset();
         self.order.clear();
+        self.keep_order = true;
         self.live_changed = true;
         self.stale = true;
         self.next_rid = 0;
@@ -134,8 +136,17 @@ impl Replayer {
         self.slots.get(id)
     }
 
+    /// Until the next `reset_to`, keep no name order of the live ids (`live_in_order`
+    /// is then unavailable): a quiet replay renders nothing, and placing every new
+    /// request cost a binary search and a shift on each add and free.
+    pub(super) fn skip_order(&mut self) {
+        self.keep_order = false;
+        self.order.clear();
+    }
+
     /// Live requests in name order: (id, slot, request).
     pub fn live_in_order(&self) -> impl Iterator<Item = (u32, u32, &Live)> {
+        assert!(self.keep_order, "a quiet replay keeps no name order");
         self.order.iter().map(|&k| {
             let slot = self.slots.slot(k).expect("ordered ids are live");
             (k, slot, self.slots.get(k).expect("ordered ids are live"))
@@ -144,6 +155,13 @@ impl Replayer {
 
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        self.apply_inline(data, op)
+    }
+
+    /// `apply`, inlined into a caller's loop over ops (the quiet replay): its
+    /// register saves are then paid once per replay instead of once per op.
+    #[inline(always)]
+    pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
         // Most ops follow no lookup: nothing to consume, nothing to move.
         if self.pending.is_none() {
             return self.apply_with(data, op, None);
@@ -203,8 +221,10 @@ impl Replayer {
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
                 self.slots.remove(id);
-                let at = self.order_position(data, id);
-                self.order.remove(at);
+                if self.keep_order {
+                    let at = self.order_position(data, id);
+                    self.order.remove(at);
+                }
                 self.live_changed = true;
                 Ok(Outcome::Null)
             }
@@ -231,14 +251,13 @@ impl Replayer {
         let rid = self.next_rid;
         self.next_rid += 1;
         let hbs = self.kv.request_hash_block_size();
-        self.slots.insert(id, |mut tokens, hashes| {
-            // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
-            tokens.reserve((max as usize).min(prompt.len() + 1024));
-            tokens.extend_from_slice(prompt);
-            Request::with_hash_buffer(rid, tokens, hashes, salt, hbs)
-        });
-        let at = self.order_position(data, id);
-        self.order.insert(at, id);
+        // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
+        let room = (max as usize).min(prompt.len() + 1024);
+        self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
+        if self.keep_order {
+            let at = self.order_position(data, id);
+            self.order.insert(at, id);
+        }
         self.live_changed = true;
         Ok(Outcome::Null)
     }
@@ -273,6 +292,9 @@ impl Replayer {
         Ok(Outcome::Lookup)
     }
 
+    // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
+    // one call's register saves, not two.
+    #[inline(always)]
     fn allocate_slots(
         &mut self,
         data: &OpData,
@@ -313,6 +335,7 @@ impl Replayer {
         Ok(Outcome::Alloc)
     }
 
+    #[inline(always)]
     fn commit(&mut self, data: &OpData, c: Commit) -> Result<Outcome, OpError> {
         let outputs = data.tokens(c.output_tokens);
         let max = self.kv().config.max_model_len;

@@ -2,7 +2,6 @@
 //! live at once, not with every id a trace names, and a freed request's token
 //! and hash buffers are reused by the next request.
 
-use crate::kv::hash::BlockHash;
 use crate::kv::Request;
 
 pub struct Live {
@@ -40,32 +39,25 @@ impl Slots {
         self.slot(id).map(|s| &mut self.lives[s as usize])
     }
 
-    /// Make `id` live with the request `make` builds from spare (cleared)
-    /// token and hash buffers.
-    pub fn insert(&mut self, id: u32, make: impl FnOnce(Vec<u64>, Vec<BlockHash>) -> Request) {
+    /// Make `id` live with the request `renew` makes of a slot's request in place
+    /// (`Request::renew`): a freed one, buffers kept, or a new empty one.
+    pub fn insert(&mut self, id: u32, renew: impl FnOnce(&mut Request)) {
         if self.slot_of.len() <= id as usize {
             self.slot_of.resize(id as usize + 1, NOT_LIVE);
         }
         let slot = match self.free.pop() {
-            Some(s) => {
-                let old = &mut self.lives[s as usize].req;
-                let (mut tokens, hashes) = (std::mem::take(&mut old.tokens), std::mem::take(&mut old.block_hashes));
-                tokens.clear();
-                self.lives[s as usize] = Live {
-                    req: make(tokens, hashes),
-                    uncommitted: None,
-                };
-                s
-            }
+            Some(s) => s,
             None => {
-                let live = Live {
-                    req: make(Vec::new(), Vec::new()),
+                self.lives.push(Live {
+                    req: Request::new(0, Vec::new(), None, None),
                     uncommitted: None,
-                };
-                self.lives.push(live);
+                });
                 u32::try_from(self.lives.len() - 1).expect("fewer than 2^32 live requests")
             }
         };
+        let live = &mut self.lives[slot as usize];
+        renew(&mut live.req);
+        live.uncommitted = None;
         self.slot_of[id as usize] = slot;
     }
 

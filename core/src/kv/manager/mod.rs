@@ -280,11 +280,18 @@ impl GroupManager {
         let table = self.tables.entry(req);
         let start = table.len();
         pool.get_new_blocks_into(new as usize, table)?;
-        out.extend_from_slice(&table[start..]);
+        // Usually one new block: a push, not a memcpy call.
+        match &table[start..] {
+            [b] => out.push(*b),
+            new => out.extend_from_slice(new),
+        }
         Ok(())
     }
 
     /// `cache_blocks`: register the newly full blocks of the request (§3.2).
+    /// Inlined: most calls (a decode step inside a block) find nothing to register,
+    /// and return before the call that would save and restore every register.
+    #[inline]
     pub fn cache_blocks(
         &mut self,
         pool: &mut BlockPool,
@@ -292,11 +299,30 @@ impl GroupManager {
         num_tokens: u64,
         hash_block_size: u64,
     ) -> Result<(), PoolError> {
-        let req = request.id;
         let bs = self.spec.block_size;
-        let before = self.num_cached.get(&req).copied().unwrap_or(0);
+        let before = self.num_cached.get(&request.id).copied().unwrap_or(0);
         let hashed = request.block_hashes.len() as u64 * hash_block_size;
         let full = (num_tokens.min(hashed) / bs) as usize;
+        let partial_tail = self.spec.kind.is_full_attention_spec() && bs != hash_block_size;
+        if before >= full && !partial_tail {
+            return Ok(());
+        }
+        self.cache_new_blocks(pool, request, num_tokens, hash_block_size, before, full)
+    }
+
+    /// `cache_blocks` past its early return: blocks `before..full` of the table are new.
+    #[inline(never)]
+    fn cache_new_blocks(
+        &mut self,
+        pool: &mut BlockPool,
+        request: &Request,
+        num_tokens: u64,
+        hash_block_size: u64,
+        before: usize,
+        full: usize,
+    ) -> Result<(), PoolError> {
+        let req = request.id;
+        let bs = self.spec.block_size;
         if before < full {
             let reachable = self.reachable_blocks();
             let scale = (bs / hash_block_size) as usize;
