@@ -54,12 +54,11 @@ impl Encoder {
     }
 
     pub fn fingerprint(&mut self, s: &State) -> Fingerprint {
-        self.rename(s);
         loop {
             let mut bytes = std::mem::take(&mut self.bytes);
             let mut out = Out { buf: &mut bytes, at: 0 };
-            self.encode_pool(s, &mut out);
             self.encode_requests(s, &mut out);
+            self.encode_pool(s, &mut out);
             let len = out.at;
             if len <= bytes.len() {
                 let fp = xxh3_128(&bytes[..len]);
@@ -71,33 +70,59 @@ impl Encoder {
         }
     }
 
-    /// Name blocks 1, 2, ... in order of first appearance: each slot's tables (group
-    /// order, table order), then the free queue, then any other block (one a mutant
-    /// leaked) by id. The null block keeps 0.
-    fn rename(&mut self, s: &State) {
+    /// Per slot: per group whether a table exists, its blocks and `num_cached_block`;
+    /// then liveness, status, token counts, the uncommitted allocation and the
+    /// shared-prefix boundary. A slot's tokens are its fixed prompt followed by the
+    /// toy model's outputs, so their count determines them (and the block hashes).
+    /// Then the free queue in order. Block ids are renamed as they are written: 1, 2,
+    /// ... in order of first appearance (the tables, then the free queue, then any other
+    /// block, one a mutant leaked, by id); the null block keeps 0.
+    #[inline(always)]
+    fn encode_requests(&mut self, s: &State, out: &mut Out<'_>) {
         let n = s.kv.pool.num_blocks();
         self.name.clear();
         self.name.resize(n as usize, UNNAMED);
         self.order.clear();
         let (name, order) = (&mut self.name, &mut self.order);
-        let mut see = |b: u32| {
-            if name[b as usize] == UNNAMED {
-                name[b as usize] = order.len() as u32;
+        let see = |name: &mut [u32], order: &mut Vec<u32>, b: u32| {
+            let v = &mut name[b as usize];
+            if *v == UNNAMED {
+                *v = order.len() as u32;
                 order.push(b);
             }
+            u64::from(*v)
         };
-        see(NULL_BLOCK);
-        for r in 0..s.slots.len() as u32 {
+        see(name, order, NULL_BLOCK);
+        for (r, slot) in (0..).zip(&s.slots) {
             for m in &s.kv.groups {
-                m.table(r).iter().for_each(|&b| see(b));
+                let (table, stamp) = m.table_stamped(r);
+                out.u8(u8::from(stamp.is_some()));
+                out.small(table.len() as u64);
+                table.iter().for_each(|&b| out.small(see(name, order, b)));
+                out.opt(m.num_cached_blocks(r).map(|n| n as u64));
             }
+            let Some(slot) = slot else {
+                out.u8(0);
+                continue;
+            };
+            let q = &slot.req;
+            out.u8(1 + status_code(q.status));
+            out.small(q.num_computed_tokens);
+            out.small(q.num_tokens());
+            out.opt(slot.uncommitted);
+            out.small(q.shared_prefix_boundary);
         }
-        s.kv.pool.free_queue().for_each(&mut see);
-        (0..n).for_each(see);
+        out.small(s.kv.pool.num_free_blocks() as u64);
+        s.kv.pool.free_queue().for_each(|b| out.small(see(name, order, b)));
+        // Blocks neither held nor free: only a mutant leaks one.
+        if order.len() < n as usize {
+            (0..n).for_each(|b| {
+                see(name, order, b);
+            });
+        }
     }
 
-    /// Per block in canonical order: ref count and hash tag; secondary keys; the
-    /// free queue in order; and
+    /// Per block in canonical order: ref count and hash tag; secondary keys; and
     /// the prefix-cache map sorted by key with each key's blocks in insertion order
     /// (the order lookups depend on). Versions and scratch buffers are left out:
     /// only observers read them.
@@ -127,10 +152,6 @@ impl Encoder {
             out.hash(hashes, hash);
             out.small(u64::from(group));
         }
-        out.small(p.num_free_blocks() as u64);
-        for b in p.free_queue() {
-            out.small(u64::from(name[b as usize]));
-        }
         let (entries, ids) = (&mut self.entries, &mut self.entry_ids);
         entries.clear();
         ids.clear();
@@ -147,35 +168,6 @@ impl Encoder {
             out.small(u64::from(group));
             out.small((end - start) as u64);
             ids[start..end].iter().for_each(|&b| out.small(u64::from(b)));
-        }
-    }
-
-    /// Per group and slot: whether a table exists, its blocks and `num_cached_block`;
-    /// per slot: liveness, status, token counts, the uncommitted allocation and the
-    /// shared-prefix boundary. A slot's tokens are its fixed prompt followed by the
-    /// toy model's outputs, so their count determines them (and the block hashes).
-    #[inline(always)]
-    fn encode_requests(&mut self, s: &State, out: &mut Out<'_>) {
-        for m in &s.kv.groups {
-            for r in 0..s.slots.len() as u32 {
-                let (table, stamp) = m.table_stamped(r);
-                out.u8(u8::from(stamp.is_some()));
-                out.small(table.len() as u64);
-                table.iter().for_each(|&b| out.small(u64::from(self.name[b as usize])));
-                out.opt(m.num_cached_blocks(r).map(|n| n as u64));
-            }
-        }
-        for slot in &s.slots {
-            let Some(slot) = slot else {
-                out.u8(0);
-                continue;
-            };
-            let q = &slot.req;
-            out.u8(1 + status_code(q.status));
-            out.small(q.num_computed_tokens);
-            out.small(q.num_tokens());
-            out.opt(slot.uncommitted);
-            out.small(q.shared_prefix_boundary);
         }
     }
 }
@@ -264,9 +256,13 @@ impl Out<'_> {
         self.at += N;
     }
 
+    /// `put` of one byte: one bounds check, not a range's two (most writes are one byte).
     #[inline(always)]
     fn u8(&mut self, v: u8) {
-        self.put([v]);
+        if let Some(dst) = self.buf.get_mut(self.at) {
+            *dst = v;
+        }
+        self.at += 1;
     }
 
     /// One byte below `LONG` (nearly every count, id and length here), else `LONG` and
@@ -274,9 +270,9 @@ impl Out<'_> {
     #[inline(always)]
     fn small(&mut self, v: u64) {
         if v < u64::from(LONG) {
-            self.put([v as u8]);
+            self.u8(v as u8);
         } else {
-            self.put([LONG]);
+            self.u8(LONG);
             self.put(v.to_le_bytes());
         }
     }
