@@ -503,10 +503,15 @@ impl BlockPool {
     /// `reset_prefix_cache`: refused while any non-null block is referenced;
     /// on success every hash is dropped and the queue order is unchanged.
     pub fn reset_prefix_cache(&mut self) -> bool {
-        if self.free.len() != self.num_blocks as usize - 1 {
+        if self.reset_refused() {
             return false;
         }
         self.reset_prefix_cache_unchecked()
+    }
+
+    /// `reset_prefix_cache` would be refused: some non-null block is referenced.
+    pub fn reset_refused(&self) -> bool {
+        self.free.len() != self.num_blocks as usize - 1
     }
 
     /// The reset without vLLM's refusal while blocks are in use (issue 19's slip only).

@@ -406,6 +406,16 @@ impl KvCacheManager {
         Ok(())
     }
 
+    /// `cache_blocks(req, num_computed_tokens)` would change nothing and raise nothing.
+    pub fn caches_nothing(&self, req: &Request, num_computed_tokens: u64) -> bool {
+        if !self.config.enable_caching {
+            return true;
+        }
+        let n = self.coordinator.num_cacheable_tokens(num_computed_tokens);
+        let hbs = self.hash_block_size();
+        self.groups.iter().all(|m| m.caches_nothing(req, n, hbs))
+    }
+
     /// `free`: each group tail-first, groups in order.
     pub fn free(&mut self, req: ReqId) {
         for m in &mut self.groups {
@@ -484,6 +494,11 @@ impl KvCacheManager {
             return self.pool.reset_prefix_cache_unchecked();
         }
         self.pool.reset_prefix_cache()
+    }
+
+    /// `reset_prefix_cache` would be refused (and so change nothing).
+    pub fn reset_refused(&self) -> bool {
+        self.slip != Some(super::ManagerSlip::ResetIgnoresHeld) && self.pool.reset_refused()
     }
 
     /// Changes whenever any group's tables may have (observers re-render them only then).

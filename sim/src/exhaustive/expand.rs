@@ -12,17 +12,27 @@ use kvsim_core::invariants::Violation;
 use kvsim_core::kv::hash::FastMap;
 
 use super::fingerprint::{Encoder, Fingerprint};
-use super::system::{Effects, Op, State, System};
+use super::system::{Buffers, Effects, Op, State, System};
 
 /// Frontier states handed to the threads at once (bounds the successors held).
 pub const BATCH: usize = 2048;
+
+/// Where an op led.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// It raised a model exception.
+    Raised,
+    /// Back to the state it was applied to (`System::unchanged`; not applied).
+    Unchanged,
+    /// To the state of this fingerprint.
+    Reached(Fingerprint),
+}
 
 /// One op applied to one frontier state.
 pub struct Succ {
     pub op: Op,
     pub fx: Effects,
-    /// `None` when the op raised.
-    pub fp: Option<Fingerprint>,
+    pub dest: Dest,
     /// The successor, kept when it was not seen before the batch and will be expanded
     /// (not at the depth bound). Boxed: a `Succ` is moved twice, a state is large, and
     /// most are never kept.
@@ -31,14 +41,41 @@ pub struct Succ {
     pub violations: Vec<Violation>,
 }
 
-/// A thread's scratch: the encoder, the action buffer, the state each op is applied to
-/// (copied over from the frontier state with `clone_from`, which reuses its storage: only
-/// a successor that is kept is cloned anew).
-#[derive(Default)]
+/// A thread's scratch: the encoder, the action and allocation buffers, the state each op is applied to
+/// (copied over from the frontier state with `clone_from`, which reuses its storage), and
+/// expanded frontier states to reuse the same way.
 pub struct Scratch {
     enc: Encoder,
     actions: Vec<Op>,
-    state: Option<State>,
+    buf: Buffers,
+    state: Option<Box<State>>,
+    /// Boxed like the frontier's states: keeping a successor swaps boxes, not states.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<State>>,
+}
+
+impl Scratch {
+    pub fn new(sys: &System) -> Self {
+        Scratch {
+            enc: Encoder::new(sys),
+            actions: Vec::new(),
+            buf: Buffers::default(),
+            state: None,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Keep an expanded state's storage: a kept successor is the scratch state itself,
+    /// and a spare becomes the next scratch, so keeping one copies and allocates nothing.
+    pub fn recycle(&mut self, state: Box<State>) {
+        self.spare.push(state);
+    }
+
+    /// The scratch state (the successor just made) to keep; a spare replaces it.
+    fn keep(&mut self) -> Box<State> {
+        let next = self.spare.pop();
+        std::mem::replace(&mut self.state, next).expect("a successor was just made")
+    }
 }
 
 /// What every expansion within one BFS level reads.
@@ -51,6 +88,8 @@ pub struct Level<'a> {
     pub want_error: bool,
     /// New successors will be expanded (this is not the depth bound's level).
     pub keep: bool,
+    /// The events to look for (those not reached yet).
+    pub want: u16,
 }
 
 /// Who checks (and keeps) a successor that `seen` does not have yet. The search takes a
@@ -99,15 +138,27 @@ pub fn expand_op(level: Level<'_>, state: &State, op: Op, x: &mut Scratch, claim
         seen,
         want_error,
         keep,
+        want,
     } = level;
-    let s = match &mut x.state {
+    if let Some(fx) = sys.unchanged(state, op, want) {
+        #[cfg(debug_assertions)]
+        check_unchanged(sys, state, (op, want), &fx, &mut x.enc);
+        return Succ {
+            op,
+            fx,
+            dest: Dest::Unchanged,
+            state: None,
+            violations: Vec::new(),
+        };
+    }
+    let s: &mut State = match &mut x.state {
         Some(s) => {
-            s.clone_from(state);
+            s.as_mut().clone_from(state);
             s
         }
-        none => none.insert(state.clone()),
+        none => none.insert(Box::new(state.clone())),
     };
-    let fx = sys.apply(s, op);
+    let fx = sys.apply_with(s, op, &mut x.buf, want);
     if fx.error.is_some() {
         let violations = if want_error {
             check_model(&s.kv, &[])
@@ -117,7 +168,7 @@ pub fn expand_op(level: Level<'_>, state: &State, op: Op, x: &mut Scratch, claim
         return Succ {
             op,
             fx,
-            fp: None,
+            dest: Dest::Raised,
             state: None,
             violations,
         };
@@ -127,10 +178,18 @@ pub fn expand_op(level: Level<'_>, state: &State, op: Op, x: &mut Scratch, claim
     Succ {
         op,
         fx,
-        fp: Some(fp),
+        dest: Dest::Reached(fp),
         violations: if fresh { check_model(&s.kv, &[]) } else { Vec::new() },
-        state: (fresh && keep).then(|| Box::new(s.clone())),
+        state: (fresh && keep).then(|| x.keep()),
     }
+}
+
+/// Debug builds apply what `System::unchanged` skipped: the same effects, the same state.
+#[cfg(debug_assertions)]
+fn check_unchanged(sys: &System, state: &State, (op, want): (Op, u16), fx: &Effects, enc: &mut Encoder) {
+    let mut s = state.clone();
+    assert_eq!(sys.apply_with(&mut s, op, &mut Buffers::default(), want), *fx, "{op}");
+    assert_eq!(enc.fingerprint(&s), enc.fingerprint(state), "{op}");
 }
 
 /// The successors of `state`, the `index`-th state of its batch.
@@ -177,7 +236,7 @@ pub fn expand(level: Level<'_>, batch: &[(u32, Box<State>)], jobs: usize) -> Vec
             .map(|_| {
                 let (chunks, next, owners) = (&chunks, &next, &owners);
                 scope.spawn(move || {
-                    let mut scratch = Scratch::default();
+                    let mut scratch = Scratch::new(level.sys);
                     let mut out = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -222,6 +281,39 @@ mod tests {
             let _ = sys.apply(&mut s, op);
         }
         s
+    }
+
+    /// Where `System::unchanged` answers, applying the op leaves every field as it was
+    /// and has the effects it says.
+    #[test]
+    fn ops_said_to_change_nothing_change_nothing() {
+        let walks: [&[usize]; 6] = [
+            &[],
+            &[0, 1, 2, 3],
+            &[0, 1, 2, 0],
+            &[5, 0, 7, 1, 1, 2],
+            &[0, 0, 0, 0, 9, 4, 4],
+            &[3, 8, 2, 6, 0, 1, 5, 7],
+        ];
+        let mut answered = 0;
+        for bounds in [Bounds::default(), Bounds::hybrid()] {
+            let sys = bounds.system(None);
+            for picks in walks {
+                let s = walk(&sys, picks);
+                let mut actions = Vec::new();
+                sys.actions(&s, &mut actions);
+                for &op in &actions {
+                    let Some(fx) = sys.unchanged(&s, op, super::super::system::ALL_EVENTS) else {
+                        continue;
+                    };
+                    answered += 1;
+                    let mut t = s.clone();
+                    assert_eq!(sys.apply(&mut t, op), fx, "{op} after {picks:?}");
+                    assert_eq!(format!("{t:?}"), format!("{s:?}"), "{op} after {picks:?}");
+                }
+            }
+        }
+        assert!(answered >= 6, "{answered}");
     }
 
     /// `clone_from` over any other state (its storage reused) is a clone: every field

@@ -85,6 +85,8 @@ struct Search<'a> {
     /// Threads that expand a batch of the frontier.
     jobs: usize,
     seen: FastMap<Fingerprint, u32>,
+    /// The events `report.reached` does not have yet.
+    unreached: u16,
     parent: Vec<(u32, Option<Op>)>,
     succ: Vec<u32>,
     succ_start: Vec<usize>,
@@ -109,12 +111,14 @@ pub fn explore_jobs(
     if !problems.is_empty() {
         return Err(BoundsError(problems));
     }
+    let sys = bounds.system(mutant);
     let mut search = Search {
         bounds,
-        sys: bounds.system(mutant),
-        enc: Encoder::default(),
+        enc: Encoder::new(&sys),
+        sys,
         jobs: jobs.max(1),
         seen: FastMap::default(),
+        unreached: system::ALL_EVENTS,
         parent: Vec::new(),
         succ: Vec::new(),
         succ_start: Vec::new(),
@@ -148,7 +152,7 @@ impl Search<'_> {
             let mut states = std::mem::take(&mut frontier).into_iter();
             if self.jobs <= 1 {
                 // One thread: each successor folded as soon as it is made (no batch held).
-                let (mut scratch, mut actions) = (expand::Scratch::default(), Vec::new());
+                let (mut scratch, mut actions) = (expand::Scratch::new(&self.sys), Vec::new());
                 for (id, state) in states {
                     self.succ_start.push(self.succ.len());
                     self.sys.actions(&state, &mut actions);
@@ -159,6 +163,10 @@ impl Search<'_> {
                             self.report.depth = depth;
                             return;
                         }
+                    }
+                    // Its storage holds the next level's states (none kept at the bound).
+                    if keep {
+                        scratch.recycle(state);
                     }
                 }
             } else {
@@ -198,6 +206,7 @@ impl Search<'_> {
             seen: &self.seen,
             want_error: self.report.first_model_error.is_none(),
             keep,
+            want: self.unreached,
         }
     }
 
@@ -206,20 +215,31 @@ impl Search<'_> {
     fn step(&mut self, id: u32, x: expand::Succ, next: Option<&mut Vec<(u32, Box<State>)>>) -> bool {
         let op = x.op;
         self.report.ops += 1;
-        for e in x.fx.events() {
-            if !self.report.reached.contains_key(&e) {
-                let mut path = self.path(id);
-                path.push(op);
-                self.report.reached.insert(e, path);
+        if x.fx.any() {
+            for e in x.fx.events() {
+                if !self.report.reached.contains_key(&e) {
+                    let mut path = self.path(id);
+                    path.push(op);
+                    self.report.reached.insert(e, path);
+                    self.unreached &= !e.bit();
+                }
             }
         }
-        let Some(f) = x.fp else {
-            self.report.model_errors += 1;
-            self.succ.push(RAISED);
-            if self.report.first_model_error.is_none() {
-                self.report.first_model_error = Some(self.counterexample(id, Some(op), x.violations, x.fx.error));
+        let f = match x.dest {
+            expand::Dest::Reached(f) => f,
+            // The state itself: seen, its id is `id`.
+            expand::Dest::Unchanged => {
+                self.succ.push(id);
+                return true;
             }
-            return true;
+            expand::Dest::Raised => {
+                self.report.model_errors += 1;
+                self.succ.push(RAISED);
+                if self.report.first_model_error.is_none() {
+                    self.report.first_model_error = Some(self.counterexample(id, Some(op), x.violations, x.fx.error));
+                }
+                return true;
+            }
         };
         if let Some(&known) = self.seen.get(&f) {
             self.succ.push(known);

@@ -5,7 +5,9 @@
 
 use std::fmt;
 
-use kvsim_core::kv::{AllocateArgs, KvCacheManager, KvConfig, ModelMutant, Request, RequestStatus, NULL_BLOCK};
+use kvsim_core::kv::{
+    AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, ModelMutant, Request, RequestStatus, NULL_BLOCK,
+};
 
 /// Request names in emitted traces, by slot.
 pub const REQUEST_NAMES: [&str; 3] = ["a", "b", "c"];
@@ -129,23 +131,48 @@ impl Event {
         Event::FixedPointReask,
     ];
 
-    fn bit(self) -> u16 {
+    /// Its bit in an event set (`Effects`, `ALL_EVENTS`).
+    pub fn bit(self) -> u16 {
         1 << self as u16
     }
 }
 
-/// The events one op caused, and the model exception it raised, if any.
-#[derive(Clone, Debug, Default)]
+/// Every event's bit.
+pub const ALL_EVENTS: u16 = (1 << Event::ALL.len()) - 1;
+
+/// The events one op caused among those wanted, and the model exception it raised, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Effects {
     events: u16,
+    /// The events to look for: the search asks only for those it has not reached yet
+    /// (it records each event's first, shortest sequence), and some cost a pass over
+    /// the pool per op.
+    want: u16,
     pub error: Option<String>,
 }
 
 impl Effects {
+    fn wanting(want: u16) -> Self {
+        Effects {
+            events: 0,
+            want,
+            error: None,
+        }
+    }
+
+    fn wants(&self, e: Event) -> bool {
+        self.want & e.bit() != 0
+    }
+
     fn add(&mut self, e: Event, happened: bool) {
-        if happened {
+        if happened && self.wants(e) {
             self.events |= e.bit();
         }
+    }
+
+    /// Any event happened.
+    pub fn any(&self) -> bool {
+        self.events != 0
     }
 
     pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
@@ -171,6 +198,14 @@ pub struct State {
 // reuses the scratch's storage (kvsim_core's kv/reuse_clone.rs).
 kvsim_core::reuse_clone!(Slot { req, uncommitted });
 kvsim_core::reuse_clone!(State { kv, slots });
+
+/// The lists an allocation works in, kept by the caller across `apply_with` calls: the
+/// search applies an op per transition, and fresh lists were an allocation each.
+#[derive(Default)]
+pub struct Buffers {
+    hit: ComputedBlocks,
+    new_blocks: Vec<Vec<u32>>,
+}
 
 /// The fixed parameters: config, one prompt per slot, the output budget.
 #[derive(Clone, Debug)]
@@ -235,7 +270,12 @@ impl System {
 
     /// Apply an enabled op as the kvtrace replayer would (`exec.rs`).
     pub fn apply(&self, s: &mut State, op: Op) -> Effects {
-        let mut fx = Effects::default();
+        self.apply_with(s, op, &mut Buffers::default(), ALL_EVENTS)
+    }
+
+    /// `apply`, working in `buf`'s lists and looking only for the events in `want`.
+    pub fn apply_with(&self, s: &mut State, op: Op, buf: &mut Buffers, want: u16) -> Effects {
+        let mut fx = Effects::wanting(want);
         let State { kv, slots } = s;
         match op {
             Op::Add { req } => {
@@ -255,7 +295,7 @@ impl System {
                 delay,
             } => {
                 let slot = slots[req as usize].as_mut().expect("enabled ops name live requests");
-                allocate(kv, slot, u64::from(num_new_tokens), lookup, delay, &mut fx);
+                allocate(kv, slot, u64::from(num_new_tokens), (lookup, delay), buf, &mut fx);
             }
             Op::Commit { req } => {
                 let slot = slots[req as usize].as_mut().expect("enabled ops name live requests");
@@ -294,11 +334,47 @@ impl System {
                 fx.add(Event::ResetRefused, !done);
             }
         }
-        let mut duplicate = false;
-        kv.pool.for_each_entry(|_, ids| duplicate |= ids.len() > 1);
-        fx.add(Event::DuplicateKey, duplicate);
+        fx.add(
+            Event::DuplicateKey,
+            fx.wants(Event::DuplicateKey) && has_duplicate_key(kv),
+        );
         fx
     }
+
+    /// What `apply(s, op)` would return when it provably leaves `s` as it is and raises
+    /// nothing: a `cache_blocks` with no block newly full (most of them: an undelayed
+    /// allocation caches its blocks itself) or a refused reset. The search then skips
+    /// copying, applying and fingerprinting: the successor is `s`. `None`: apply it.
+    pub fn unchanged(&self, s: &State, op: Op, want: u16) -> Option<Effects> {
+        let mut fx = Effects::wanting(want);
+        match op {
+            Op::CacheBlocks { req } => {
+                let q = &s.slots[req as usize].as_ref()?.req;
+                if !s.kv.caches_nothing(q, q.num_computed_tokens) {
+                    return None;
+                }
+            }
+            Op::ResetPrefixCache => {
+                if !s.kv.reset_refused() {
+                    return None;
+                }
+                fx.add(Event::ResetRefused, true);
+            }
+            _ => return None,
+        }
+        fx.add(
+            Event::DuplicateKey,
+            fx.wants(Event::DuplicateKey) && has_duplicate_key(&s.kv),
+        );
+        Some(fx)
+    }
+}
+
+/// Some prefix-cache key maps to two or more blocks.
+fn has_duplicate_key(kv: &KvCacheManager) -> bool {
+    let mut duplicate = false;
+    kv.pool.for_each_entry(|_, ids| duplicate |= ids.len() > 1);
+    duplicate
 }
 
 /// `Allocate` ops for 1..=`max_new` new tokens, without and with delayed caching.
@@ -318,34 +394,51 @@ fn allocations(out: &mut Vec<Op>, req: u8, max_new: u64, lookup: bool) {
 
 /// `get_computed_blocks` (when `lookup`) then `allocate_slots`, as the replayer
 /// runs them; records hits, touches of free blocks, evictions and window frees.
-fn allocate(kv: &mut KvCacheManager, slot: &mut Slot, n: u64, lookup: bool, delay: bool, fx: &mut Effects) {
+fn allocate(
+    kv: &mut KvCacheManager,
+    slot: &mut Slot,
+    n: u64,
+    (lookup, delay): (bool, bool),
+    buf: &mut Buffers,
+    fx: &mut Effects,
+) {
     let q = &mut slot.req;
-    let hit = lookup.then(|| kv.get_computed_blocks(q));
-    if let Some(h) = &hit {
+    let Buffers { hit, new_blocks } = buf;
+    let hit = if lookup {
+        kv.get_computed_blocks_into(q, hit);
+        Some(&*hit)
+    } else {
+        None
+    };
+    if let Some(h) = hit {
         q.shared_prefix_boundary = h.shared_prefix_boundary;
         fx.add(Event::FixedPointReask, h.fixed_point_reasked);
     }
-    let hit_tokens = hit.as_ref().map_or(0, |h| h.num_computed_tokens);
+    let hit_tokens = hit.map_or(0, |h| h.num_computed_tokens);
     debug_assert!(q.num_computed_tokens + hit_tokens + n <= q.num_tokens());
     let hit_blocks = || {
         hit.iter()
             .flat_map(|h| h.blocks.iter().flatten())
             .filter(|&&b| b != NULL_BLOCK)
     };
-    let touches_free = hit_blocks().any(|&b| kv.pool.ref_cnt(b) == 0);
-    let shares = hit_blocks().any(|&b| kv.pool.ref_cnt(b) > 0);
-    let hashed_before = blocks_where(kv, |b| kv.pool.block_hash(b).is_some());
-    let held_before = held_by(kv, q.id);
+    let touches_free = fx.wants(Event::TouchFreeBlock) && hit_blocks().any(|&b| kv.pool.ref_cnt(b) == 0);
+    let shares = fx.wants(Event::SharedHit) && hit_blocks().any(|&b| kv.pool.ref_cnt(b) > 0);
+    let hashed_before = if fx.wants(Event::EvictCachedBlock) {
+        blocks_where(kv, |b| kv.pool.block_hash(b).is_some())
+    } else {
+        0
+    };
+    let window = fx.wants(Event::WindowFree);
+    let held_before = if window { held_by(kv, q.id) } else { 0 };
     let args = AllocateArgs {
         num_new_tokens: n,
-        hits: hit.as_ref(),
+        hits: hit,
         num_lookahead_tokens: 0,
         delay_cache_blocks: delay,
         full_sequence_must_fit: false,
         reserved_blocks: 0,
     };
-    let mut new_blocks = Vec::new();
-    match kv.allocate_slots_into(q, args, &mut new_blocks) {
+    match kv.allocate_slots_into(q, args, new_blocks) {
         Err(e) => fx.error = Some(e.kind.to_string()),
         Ok(false) => fx.add(Event::AllocationRefused, true),
         Ok(true) => {
@@ -353,14 +446,14 @@ fn allocate(kv: &mut KvCacheManager, slot: &mut Slot, n: u64, lookup: bool, dela
             fx.add(Event::TouchFreeBlock, touches_free);
             fx.add(Event::SharedHit, shares);
             fx.add(Event::Readmission, q.status == RequestStatus::Preempted);
-            let evicted = new_blocks.iter().flatten().any(|&b| hashed_before & (1 << b) != 0);
+            let evicted = hashed_before != 0 && new_blocks.iter().flatten().any(|&b| hashed_before & (1 << b) != 0);
             fx.add(Event::EvictCachedBlock, evicted);
             q.num_computed_tokens += hit_tokens;
             q.status = RequestStatus::Running;
             slot.uncommitted = Some(n);
         }
     }
-    let left_window = held_before & !held_by(kv, q.id) != 0;
+    let left_window = window && held_before & !held_by(kv, q.id) != 0;
     fx.add(Event::WindowFree, left_window);
 }
 

@@ -299,12 +299,9 @@ impl GroupManager {
         num_tokens: u64,
         hash_block_size: u64,
     ) -> Result<(), PoolError> {
-        let bs = self.spec.block_size;
-        let before = self.num_cached.get(&request.id).copied().unwrap_or(0);
-        let hashed = request.block_hashes.len() as u64 * hash_block_size;
-        let full = (num_tokens.min(hashed) / bs) as usize;
-        let partial_tail = self.spec.kind.is_full_attention_spec() && bs != hash_block_size;
-        if before >= full && !partial_tail {
+        let (before, full) = self.blocks_to_cache(request, num_tokens, hash_block_size);
+        // `caches_nothing`'s test, on the values already at hand.
+        if before >= full && !self.caches_partial_tail(hash_block_size) {
             return Ok(());
         }
         self.cache_new_blocks(pool, request, num_tokens, hash_block_size, before, full)
@@ -356,10 +353,29 @@ impl GroupManager {
         // prompt's last hash boundary inside a block (`_cache_partial_tail_block`).
         // Mamba's own partial tail is a no-op when its block equals the hash block,
         // which kvtrace/1 requires.
-        if self.spec.kind.is_full_attention_spec() && bs != hash_block_size {
+        if self.caches_partial_tail(hash_block_size) {
             self.cache_partial_tail_block(pool, request, num_tokens, hash_block_size);
         }
         Ok(())
+    }
+
+    /// The request's blocks already registered and those full after `num_tokens`:
+    /// `cache_blocks` registers the ones between.
+    fn blocks_to_cache(&self, request: &Request, num_tokens: u64, hash_block_size: u64) -> (usize, usize) {
+        let before = self.num_cached.get(&request.id).copied().unwrap_or(0);
+        let hashed = request.block_hashes.len() as u64 * hash_block_size;
+        (before, (num_tokens.min(hashed) / self.spec.block_size) as usize)
+    }
+
+    fn caches_partial_tail(&self, hash_block_size: u64) -> bool {
+        self.spec.kind.is_full_attention_spec() && self.spec.block_size != hash_block_size
+    }
+
+    /// `cache_blocks(request, num_tokens)` would change nothing (no block newly full, no
+    /// partial tail to register): what the exhaustive search asks before copying a state.
+    pub(crate) fn caches_nothing(&self, request: &Request, num_tokens: u64, hash_block_size: u64) -> bool {
+        let (before, full) = self.blocks_to_cache(request, num_tokens, hash_block_size);
+        before >= full && !self.caches_partial_tail(hash_block_size)
     }
 
     fn cache_partial_tail_block(&self, pool: &mut BlockPool, request: &Request, num_tokens: u64, hbs: u64) {
