@@ -395,11 +395,9 @@ impl KvCacheManager {
     /// its registers already (a call of its own cost a fifth of its instructions).
     #[inline(always)]
     pub fn cache_blocks(&mut self, req: &Request, num_computed_tokens: u64) -> Result<(), PoolError> {
-        if !self.config.enable_caching {
+        let Some((n, hbs)) = self.cacheable(num_computed_tokens) else {
             return Ok(());
-        }
-        let n = self.coordinator.num_cacheable_tokens(num_computed_tokens);
-        let hbs = self.hash_block_size();
+        };
         for m in &mut self.groups {
             m.cache_blocks(&mut self.pool, req, n, hbs)?;
         }
@@ -408,12 +406,20 @@ impl KvCacheManager {
 
     /// `cache_blocks(req, num_computed_tokens)` would change nothing and raise nothing.
     pub fn caches_nothing(&self, req: &Request, num_computed_tokens: u64) -> bool {
-        if !self.config.enable_caching {
-            return true;
-        }
-        let n = self.coordinator.num_cacheable_tokens(num_computed_tokens);
-        let hbs = self.hash_block_size();
-        self.groups.iter().all(|m| m.caches_nothing(req, n, hbs))
+        self.cacheable(num_computed_tokens)
+            .is_none_or(|(n, hbs)| self.groups.iter().all(|m| m.caches_nothing(req, n, hbs)))
+    }
+
+    /// What `cache_blocks` hands each group: the cacheable tokens of `num_computed_tokens`
+    /// and the hash block size; `None` when caching is off (nothing is cached).
+    #[inline]
+    fn cacheable(&self, num_computed_tokens: u64) -> Option<(u64, u64)> {
+        self.config.enable_caching.then(|| {
+            (
+                self.coordinator.num_cacheable_tokens(num_computed_tokens),
+                self.hash_block_size(),
+            )
+        })
     }
 
     /// `free`: each group tail-first, groups in order.
@@ -490,7 +496,7 @@ impl KvCacheManager {
 
     /// `reset_prefix_cache`: refused while any block is referenced.
     pub fn reset_prefix_cache(&mut self) -> bool {
-        if self.slip == Some(super::ManagerSlip::ResetIgnoresHeld) {
+        if self.reset_ignores_held() {
             return self.pool.reset_prefix_cache_unchecked();
         }
         self.pool.reset_prefix_cache()
@@ -498,7 +504,12 @@ impl KvCacheManager {
 
     /// `reset_prefix_cache` would be refused (and so change nothing).
     pub fn reset_refused(&self) -> bool {
-        self.slip != Some(super::ManagerSlip::ResetIgnoresHeld) && self.pool.reset_refused()
+        !self.reset_ignores_held() && self.pool.reset_refused()
+    }
+
+    /// Issue 19's slip: the reset goes ahead while blocks are held.
+    fn reset_ignores_held(&self) -> bool {
+        self.slip == Some(super::ManagerSlip::ResetIgnoresHeld)
     }
 
     /// Changes whenever any group's tables may have (observers re-render them only then).

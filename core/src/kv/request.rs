@@ -76,20 +76,8 @@ reuse_clone!(Request {
 impl Request {
     /// A waiting request of `prompt`; hashed when `hash_block_size` is given.
     pub fn new(id: ReqId, prompt: Vec<u64>, cache_salt: Option<String>, hash_block_size: Option<u64>) -> Self {
-        Self::with_hash_buffer(id, prompt, Vec::new(), cache_salt, hash_block_size)
-    }
-
-    /// `new`, reusing `hashes`' storage (cleared) for the block hashes.
-    pub fn with_hash_buffer(
-        id: ReqId,
-        prompt: Vec<u64>,
-        mut hashes: Vec<BlockHash>,
-        cache_salt: Option<String>,
-        hash_block_size: Option<u64>,
-    ) -> Self {
         // Room for every hash the tokens' capacity can reach (no regrowth).
-        hashes.clear();
-        hashes.reserve(hash_block_size.map_or(0, |b| prompt.capacity() / b.max(1) as usize));
+        let hashes = Vec::with_capacity(hash_block_size.map_or(0, |b| prompt.capacity() / b.max(1) as usize));
         let mut r = Request {
             id,
             num_prompt_tokens: prompt.len() as u64,
@@ -108,7 +96,7 @@ impl Request {
         r
     }
 
-    /// Become `with_hash_buffer(id, prompt, ..)` in place, keeping this request's token
+    /// Become `new(id, prompt, ..)` in place, keeping this request's token
     /// and hash buffers (the tokens with room for at least `room` of them): a replay
     /// renewing a retired request's slot then moves no request around.
     pub fn renew(
