@@ -164,8 +164,10 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid("profile", "h200", &h200);
     assert_valid_file("profile", &root().join("docs/timing/h200-calibrated.json"));
     assert_valid_file("profile", &root().join("tests/data/profiles/h200-calibrated-s2.json"));
-    // The recommended profile, written by description version 6's calibration.
+    // Description version 6's recommended profile, and version 7's (and its calibration start).
     assert_valid_file("profile", &root().join("docs/timing/h200-combine.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h200-experts.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h200-experts-start.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------

@@ -20,10 +20,10 @@ use kvsim_core::plan::{Plan, PlanOp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::routing::Routing;
+use super::routing::{ExpertCache, Routing};
 
 /// The description format version (bumped when a field's meaning changes).
-pub const DESC_VERSION: u32 = 6;
+pub const DESC_VERSION: u32 = 7;
 
 /// Cache that expert weights of one MoE op can stay in for the next (the H200's L2 is 60 MiB;
 /// K/V streams through it between MoE ops).
@@ -316,6 +316,17 @@ fn attn_launches(
     out
 }
 
+/// Bytes a (non-MoE) op moves through L2: what evicts expert weights between MoE ops.
+fn streamed_bytes(op: &OpDesc) -> f64 {
+    match op {
+        OpDesc::Decode { launches } => launches.iter().map(|l| l.bytes as f64).sum(),
+        OpDesc::StateUpdate { bytes, .. } | OpDesc::ZeroBlocks { bytes, .. } | OpDesc::CopyBlocks { bytes, .. } => {
+            *bytes as f64
+        }
+        _ => 0.0,
+    }
+}
+
 fn state_desc(g: &GroupLayout, ntok: u64, sm_count: u64) -> OpDesc {
     let ctas = u64::from(g.layers * g.kv_heads);
     let per_thread = u64::from(g.head_dim.saturating_sub(2)).div_ceil(128);
@@ -337,6 +348,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
     }
     let mut out = Vec::with_capacity(lowered.program.steps.len());
     let mut prev_routing: Option<Routing> = None;
+    let mut expert_cache = ExpertCache::default();
     for (si, step) in lowered.program.steps.iter().enumerate() {
         let mut ops: Vec<OpDesc> = Vec::with_capacity(step.ops.len());
         let (mut batch, mut new_tokens, mut ctx_tokens, mut kv_bytes) = (0u64, 0u64, 0u64, 0u64);
@@ -374,10 +386,12 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                 for (gid, ntok, kept) in &per_group {
                     let g = layout.group(*gid).expect("validated program");
                     let per_token = u64::from(g.planes()) * u64::from(g.kv_heads) * u64::from(g.head_dim);
+                    let elems = kept * per_token * u64::from(g.layers);
+                    expert_cache.stream(2.0 * elems as f64);
                     ops.push(OpDesc::WriteKv {
                         group: gid.0,
                         rows: ntok * u64::from(g.layers),
-                        elems: kept * per_token * u64::from(g.layers),
+                        elems,
                         latent: g.kind == GroupKind::Mla,
                     });
                 }
@@ -422,7 +436,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                     }
                     let mut routing = src.routing(si, oi, m, layout);
                     let expert_bytes = 4.0 * f64::from(moe.hidden) * f64::from(moe.ffn);
-                    routing.set_fresh(prev_routing.as_ref(), moe.experts, expert_bytes, L2_BYTES);
+                    expert_cache.use_experts(&mut routing, prev_routing.as_ref(), moe.experts, expert_bytes, L2_BYTES);
                     prev_routing = Some(routing.clone());
                     OpDesc::Moe {
                         tokens: m.tokens.len() as u64,
@@ -456,6 +470,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                     }
                 }
             });
+            expert_cache.stream(streamed_bytes(ops.last().expect("just pushed")));
             oi += 1;
         }
         let decode_only = ops.iter().any(|o| matches!(o, OpDesc::Decode { .. }))

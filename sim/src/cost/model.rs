@@ -64,7 +64,11 @@ mod ix {
     pub const COMBINE_SPLIT: usize = 40;
     pub const GENERIC_COMBINE: usize = 41;
     pub const MOE_FIXED: usize = 42;
-    pub const COUNT: usize = 43;
+    pub const MOE_WARP_ELEM: usize = 43;
+    pub const MOE_WARP_ROW: usize = 44;
+    pub const MOE_SM_ELEM: usize = 45;
+    pub const MOE_SM_ROW: usize = 46;
+    pub const COUNT: usize = 47;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -300,7 +304,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             // Router: one CTA per token scores every expert (warps take experts in turn).
             let mut route = Lin::term(p, ix::MOE_ROUTE_MAC, *tokens as f64 * e * h);
             route.add_term(p, ix::MOE_ROUTE_SERIAL, e * tokens.div_ceil(ROUTE_RESIDENT_CTAS) as f64);
-            let gemm = |inner: f64| {
+            let gemm = |inner: f64, outer: u32| {
                 // up (inner = hidden) and down (inner = ffn): weights F x H per chosen expert,
                 // pairs x F x H multiply-adds, and the most loaded expert's CTA walking its
                 // tokens one by one.
@@ -311,13 +315,44 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 l.add_term(p, ix::MOE_MAC, routing.pairs as f64 * f * h);
                 l.add_term(p, ix::MOE_SERIAL, routing.max_load * inner);
                 l.add_term(p, ix::MOE_SERIAL_EXPERT, routing.max_load * e);
+                l.add(&gemm_walk(p, &routing.expert_loads(*experts), inner, outer));
                 kernel(l)
             };
             route.add_term(p, ix::MOE_FIXED, 1.0);
-            vec![kernel(Lin::zero()), kernel(route), gemm(h), gemm(f)]
+            vec![kernel(Lin::zero()), kernel(route), gemm(h, *ffn), gemm(f, *hidden)]
         }
         OpDesc::Merged | OpDesc::BeginTimed { .. } | OpDesc::EndTimed { .. } | OpDesc::HostWork { .. } => Vec::new(),
     }
+}
+
+/// SMs the MoE GEMMs' CTAs are dealt to (the H200's, as [`ROUTE_RESIDENT_CTAS`] assumes).
+const MOE_SMS: usize = 132;
+
+/// A MoE GEMM's serial time (gpu/src/cuda/common.cu `moe_up` / `moe_down`): a grid of experts x
+/// (outer / 64) CTAs of four warps, each warp 16 rows of its expert, each row a dot of `inner`
+/// elements per token of that expert, one token after the other. Two bounds, the larger wins:
+/// the most loaded expert's warp walking alone (latency), and the SM whose CTAs hold the most
+/// row-dots (throughput; CTAs dealt to SMs in launch order, expert index fastest). With few
+/// experts each SM holds one CTA and the walk sets the time; with many, an SM runs several
+/// experts' walks side by side, which a term per token of the most loaded expert alone missed
+/// (-9 % at 8 experts, +9 % at 32 on the per-op suite, docs/timing.md).
+fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
+    const ROWS_PER_WARP: f64 = 16.0;
+    const ROWS_PER_CTA: f64 = 64.0;
+    let chain = ROWS_PER_WARP * loads.iter().copied().fold(0.0, f64::max);
+    let mut per_sm = [0.0f64; MOE_SMS];
+    let experts = loads.len();
+    for y in 0..(outer / 64) as usize {
+        for (e, &n) in loads.iter().enumerate() {
+            per_sm[(e + experts * y) % MOE_SMS] += ROWS_PER_CTA * n;
+        }
+    }
+    let busiest = per_sm.iter().copied().fold(0.0, f64::max);
+    let mut walk = Lin::term(p, ix::MOE_WARP_ELEM, chain * inner);
+    walk.add_term(p, ix::MOE_WARP_ROW, chain);
+    let mut sm = Lin::term(p, ix::MOE_SM_ELEM, busiest * inner);
+    sm.add_term(p, ix::MOE_SM_ROW, busiest);
+    Lin::max(&walk, &sm)
 }
 
 /// Host time of a host-work op.
@@ -476,6 +511,10 @@ mod tests {
             (ix::COMBINE_SPLIT, "attn_combine_split_ns"),
             (ix::GENERIC_COMBINE, "attn_generic_combine_ns"),
             (ix::MOE_FIXED, "moe_fixed_ns"),
+            (ix::MOE_WARP_ELEM, "moe_warp_elem_ns"),
+            (ix::MOE_WARP_ROW, "moe_warp_row_ns"),
+            (ix::MOE_SM_ELEM, "moe_sm_elem_ns"),
+            (ix::MOE_SM_ROW, "moe_sm_row_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -596,6 +635,33 @@ mod tests {
             let fixed: Vec<f64> = kernel_times(&op, &p).iter().map(|k| k.coef[ix::MOE_FIXED]).collect();
             assert_eq!(fixed, [0.0, 1.0, 0.0, 0.0], "{counts:?}");
         }
+    }
+
+    /// A MoE GEMM's serial part is the larger of the most loaded expert's warp walk and the
+    /// busiest SM's row-dots: with one loaded expert the walk sets it, with every expert of a
+    /// wide grid loaded the SM does; the two sides are exactly the model's terms.
+    #[test]
+    fn a_moe_gemm_is_the_larger_of_its_warp_walk_and_its_busiest_sm() {
+        let mut p = Params::h200().to_vec();
+        p[ix::MOE_WARP_ELEM] = 1.0;
+        p[ix::MOE_WARP_ROW] = 10.0;
+        p[ix::MOE_SM_ELEM] = 0.1;
+        p[ix::MOE_SM_ROW] = 1.0;
+        // One expert of 8 loaded with 5 tokens: up grid 8 x 8 CTAs, one per SM.
+        let lone = gemm_walk(&p, &[5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 1024.0, 512);
+        assert_eq!(lone.coef[ix::MOE_WARP_ELEM], 16.0 * 5.0 * 1024.0);
+        assert_eq!(lone.coef[ix::MOE_WARP_ROW], 16.0 * 5.0);
+        assert_eq!(lone.coef[ix::MOE_SM_ELEM], 0.0);
+        // 256 experts with 3 tokens each: 2 048 CTAs over 132 SMs, the busiest holds 16 of them
+        // (64 rows x 3 tokens each): 3 072 row-dots against a walk of 48.
+        let wide = gemm_walk(&p, &[3.0; 256], 1024.0, 512);
+        assert_eq!(wide.coef[ix::MOE_SM_ROW], 16.0 * 64.0 * 3.0);
+        assert_eq!(wide.coef[ix::MOE_SM_ELEM], 16.0 * 64.0 * 3.0 * 1024.0);
+        assert_eq!(wide.coef[ix::MOE_WARP_ELEM], 0.0);
+        assert!((wide.eval(&p) - wide.value).abs() < 1e-6);
+        // A profile without the terms (all zero) prices nothing here: old profiles predict as before.
+        let old = Params::h200().to_vec();
+        assert_eq!(gemm_walk(&old, &[3.0; 256], 1024.0, 512).value, 0.0);
     }
 
     /// A state update's time: per serial step plus per token walked.

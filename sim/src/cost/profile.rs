@@ -157,6 +157,18 @@ params! {
     /// cost is `gpu_kernel_ns`, which every kernel family shares, and the fit priced small loads
     /// through `moe_cold_ns` instead (+14-61 % at 1-16 token-expert pairs, docs/timing.md).
     moe_fixed_ns = 0.0,
+    /// MoE expert GEMMs, latency side: per element of one warp's serial walk (a CTA's warps each
+    /// take 16 weight rows and walk the expert's tokens one by one, a row-dot of the inner size
+    /// per token and row; the most loaded expert's warp sets it). Weighed against the SM side
+    /// below: the larger of the two is the GEMM's serial time.
+    moe_warp_elem_ns = 0.0,
+    /// MoE expert GEMMs, latency side: per row-dot of that walk (its reduction and store).
+    moe_warp_row_ns = 0.0,
+    /// MoE expert GEMMs, throughput side: per element of all the row-dots the busiest SM runs
+    /// (the grid's CTAs dealt to SMs in launch order; CTAs of experts without tokens leave at once).
+    moe_sm_elem_ns = 0.0,
+    /// MoE expert GEMMs, throughput side: per row-dot the busiest SM runs.
+    moe_sm_row_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -305,6 +317,10 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "attn_combine_split_ns",
     "attn_generic_combine_ns",
     "moe_fixed_ns",
+    "moe_warp_elem_ns",
+    "moe_warp_row_ns",
+    "moe_sm_elem_ns",
+    "moe_sm_row_ns",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is

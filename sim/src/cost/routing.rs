@@ -34,6 +34,22 @@ pub struct Routing {
 }
 
 impl Routing {
+    /// Tokens per expert: the counts where known, else the pairs spread evenly over the
+    /// active experts (expected routing), the most loaded one at `max_load`.
+    pub fn expert_loads(&self, experts: u32) -> Vec<f64> {
+        if let Some(c) = &self.counts {
+            return c.iter().map(|&n| f64::from(n)).collect();
+        }
+        let active = (self.active.round() as usize).min(experts as usize);
+        let mut loads = vec![0.0; experts as usize];
+        if active > 0 {
+            let even = self.pairs as f64 / active as f64;
+            loads[..active].iter_mut().for_each(|l| *l = even);
+            loads[0] = self.max_load.max(even);
+        }
+        loads
+    }
+
     /// From per-expert token counts.
     pub fn from_counts(counts: &[u32], source: &str) -> Routing {
         let active = counts.iter().filter(|&&c| c > 0).count() as f64;
@@ -63,6 +79,70 @@ impl Routing {
         };
         let kept = (l2_bytes / (p.active * expert_bytes).max(1.0)).min(1.0);
         self.fresh = (self.active - overlap) + overlap * (1.0 - kept);
+    }
+}
+
+/// Which experts' weights are still in L2 from earlier MoE ops: least recently used first out.
+/// An expert used by an earlier op is resident when the weights of the experts used since (its
+/// own included) fit in the cache. The previous op alone said too little: a prefill that
+/// touched every expert leaves them all resident for the decodes after it, and on the H200 a
+/// one-token MoE after such a prefill ran 13 µs faster than after a one-token prefill (the
+/// cold pass over fresh weights; `unseen-mamba`, docs/timing.md).
+#[derive(Clone, Debug, Default)]
+pub struct ExpertCache {
+    /// Per expert: the MoE op that last used it, and the bytes streamed until then.
+    last_use: Vec<Option<(u64, f64)>>,
+    /// MoE ops seen.
+    ops: u64,
+    /// Bytes other kernels moved through the cache so far (K/V read and written, states,
+    /// zeroed and copied blocks): they evict weights as surely as other experts do.
+    streamed: f64,
+}
+
+impl ExpertCache {
+    /// Sets `routing.fresh` for the next MoE op and records its use. Without per-expert counts
+    /// (expected routing) the previous op's rule applies ([`Routing::set_fresh`]).
+    pub fn use_experts(
+        &mut self,
+        routing: &mut Routing,
+        prev: Option<&Routing>,
+        experts: u32,
+        expert_bytes: f64,
+        l2_bytes: f64,
+    ) {
+        let Some(counts) = routing.counts.clone() else {
+            routing.set_fresh(prev, experts, expert_bytes, l2_bytes);
+            self.last_use.clear();
+            return;
+        };
+        if self.last_use.len() != counts.len() {
+            self.last_use = vec![None; counts.len()];
+        }
+        let mut fresh = 0.0;
+        for (e, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let resident = self.last_use[e].is_some_and(|(t, at)| {
+                let since = self.last_use.iter().filter(|u| u.is_some_and(|(u, _)| u >= t)).count();
+                since as f64 * expert_bytes + (self.streamed - at) <= l2_bytes
+            });
+            if !resident {
+                fresh += 1.0;
+            }
+        }
+        for (e, &n) in counts.iter().enumerate() {
+            if n > 0 {
+                self.last_use[e] = Some((self.ops, self.streamed));
+            }
+        }
+        self.ops += 1;
+        routing.fresh = fresh;
+    }
+
+    /// Another kernel moved `bytes` through the cache.
+    pub fn stream(&mut self, bytes: f64) {
+        self.streamed += bytes;
     }
 }
 
@@ -214,6 +294,44 @@ mod tests {
         assert_eq!(counts.iter().sum::<u32>(), 200);
         // Random-looking token ids spread over most experts.
         assert!(counts.iter().filter(|&&c| c > 0).count() >= 12, "{counts:?}");
+    }
+
+    /// An expert stays resident until the weights of experts used after it, plus the bytes
+    /// other kernels streamed since, no longer fit; without counts the previous op's rule holds.
+    #[test]
+    fn experts_stay_in_l2_until_newer_experts_or_streamed_bytes_push_them_out() {
+        let mb = 1024.0 * 1024.0;
+        let (bytes, l2) = (2.0 * mb, 8.0 * mb); // four experts fit
+        let mut cache = ExpertCache::default();
+        let fresh = |cache: &mut ExpertCache, counts: &[u32]| {
+            let mut r = Routing::from_counts(counts, "replicated");
+            cache.use_experts(&mut r, None, counts.len() as u32, bytes, l2);
+            r.fresh
+        };
+        assert_eq!(
+            fresh(&mut cache, &[1, 1, 1, 1, 0, 0]),
+            4.0,
+            "first use: every expert cold"
+        );
+        assert_eq!(
+            fresh(&mut cache, &[0, 1, 0, 0, 0, 0]),
+            0.0,
+            "used two ops ago, still resident"
+        );
+        assert_eq!(fresh(&mut cache, &[0, 0, 0, 0, 1, 1]), 2.0);
+        // Since expert 0's use, experts 0-5 were used: six do not fit in four.
+        assert_eq!(fresh(&mut cache, &[1, 0, 0, 0, 0, 0]), 1.0);
+        assert_eq!(fresh(&mut cache, &[1, 0, 0, 0, 0, 0]), 0.0);
+        cache.stream(7.0 * mb);
+        assert_eq!(
+            fresh(&mut cache, &[1, 0, 0, 0, 0, 0]),
+            1.0,
+            "7 MiB of K/V streamed past it"
+        );
+        // Expected routing (no counts): the previous op's rule.
+        let mut r = expected_routing(1, 2, 6);
+        cache.use_experts(&mut r, None, 6, bytes, l2);
+        assert_eq!(r.fresh, r.active);
     }
 
     #[test]
