@@ -43,6 +43,9 @@ glm53|glm53.native||3
 u-swa|unseen-swa.native||3
 u-mamba|unseen-mamba.native||3
 u-chain|unseen-chain.chain||2
+b-swa|blind-swa.native||3
+b-mamba|blind-mamba.native||3
+b-chain|blind-chain.chain||2
 "
 
 want=" $* "
