@@ -19,6 +19,8 @@ use super::ops::{key_of, Key};
 use super::TraceError;
 use crate::kv::{GroupKind, GroupSpec, KvConfig, MambaMode};
 
+#[cfg(target_arch = "x86_64")]
+mod runs;
 mod shape;
 
 /// Compile a trace file's text: what `compile(&serde_json::from_str(text)?)`
@@ -242,6 +244,16 @@ fn list_item(w: u64) -> Option<(u64, usize, bool)> {
 /// list. A function of its own, so that its loop has the registers to itself.
 #[inline(never)]
 fn items(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(read) = runs::items(b, i, tokens) {
+        return read;
+    }
+    items_swar(b, i, tokens)
+}
+
+/// `items` a word at a time.
+#[inline(always)]
+fn items_swar(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
     let Some(mut rest) = b.get(i..) else {
         return (i, false);
     };
