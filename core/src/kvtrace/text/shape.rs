@@ -5,224 +5,279 @@
 //! reading each key, checking it for a duplicate and building the op from the
 //! fields found (`Text::op`). Anything else is left to `Text::op` (`None`),
 //! which compiles it alike: a shape returns the op `build` makes of it.
+//!
+//! A shape is matched in a window of the op's first `W` bytes, at offsets
+//! from its `{`: in the common shapes every offset is bounded, so the compiler
+//! proves each read inside the window and checks nothing but the window.
 
-use super::{word_at, word_of, Name, Out, Parser, Text};
+use super::{leading_digits, stops, word_of, IdText, Out, Parser, Text};
 use crate::kvtrace::compile::{offset, Alloc, Commit, Op, Span};
 
-/// Whether the text at `i` begins with `lit` (at most 32 bytes). A literal of
-/// 8 bytes or more is compared a word at a time (its last word overlapping
-/// the one before); a shorter one as the low bytes of one word, so it needs
-/// 8 bytes of text (trace text always has more after the literals read here).
+/// The bytes a shape is matched in, from the op's `{`: its token lists may run
+/// past them (they are read in the text), anything else of the op may not.
+/// The longest `allocate_slots` shape (every member, `false` for each flag, a
+/// 7-byte id, 7 digits) takes 142.
+const W: usize = 144;
+
+/// An op's first `W` bytes. Within `W` of the text's end, a copy padded with
+/// zero bytes, which no literal, digit or id of a shape matches.
+type Window = [u8; W];
+
+/// The word at offset `k` of `w`.
 #[inline(always)]
-fn has<const N: usize>(b: &[u8], i: usize, lit: &[u8; N]) -> bool {
+fn word(w: &Window, k: usize) -> Option<u64> {
+    let c: &[u8; 8] = w.get(k..k + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(*c))
+}
+
+/// Whether `w` holds `lit` (at most 32 bytes) at `k`. A literal of 8 bytes or
+/// more is compared a word at a time (its last word overlapping the one
+/// before); a shorter one as the low bytes of one word.
+#[inline(always)]
+fn has<const N: usize>(w: &Window, k: usize, lit: &[u8; N]) -> bool {
     const { assert!(N <= 32) };
     if N < 8 {
         let mask = (1u64 << (8 * N)) - 1;
-        return word_at(b, i).is_some_and(|w| w & mask == word_of(lit));
+        return word(w, k).is_some_and(|x| x & mask == word_of(lit));
     }
-    let Some(c) = b.get(i..).and_then(<[u8]>::first_chunk::<N>) else {
+    let Some(c) = w.get(k..k + N) else {
         return false;
     };
-    let at = |s: &[u8; N], k: usize| {
-        let mut w = [0; 8];
-        w.copy_from_slice(&s[k..k + 8]);
-        u64::from_le_bytes(w)
+    let at = |s: &[u8], j: usize| {
+        let mut x = [0; 8];
+        x.copy_from_slice(&s[j..j + 8]);
+        u64::from_le_bytes(x)
     };
     let mut diff = at(c, N - 8) ^ at(lit, N - 8);
-    let mut k = 0;
-    while k + 8 < N {
-        diff |= at(c, k) ^ at(lit, k);
-        k += 8;
+    let mut j = 0;
+    while j + 8 < N {
+        diff |= at(c, j) ^ at(lit, j);
+        j += 8;
     }
     diff == 0
 }
 
-/// The members that sort before `id`: an `add_request`'s `cache_salt`, an
-/// `allocate_slots`' `delay_cache_blocks` and `full_sequence_must_fit`.
+/// An integer of 1 to 7 digits at `k`, without a leading zero: its value and
+/// where it ends. What follows it is the caller's to check (a literal, so no
+/// fraction or exponent); longer ones are left to `Text::op`.
+#[inline(always)]
+fn int(w: &Window, k: usize) -> Option<(u64, usize)> {
+    let x = word(w, k)?;
+    let (n, len) = leading_digits(x)?;
+    if len == 0 || (len > 1 && x as u8 == b'0') {
+        return None;
+    }
+    Some((n, k + len as usize))
+}
+
+/// `true` or `false` at `k`, and where it ends.
+#[inline(always)]
+fn flag(w: &Window, k: usize) -> Option<(bool, usize)> {
+    if has(w, k, b"true") {
+        Some((true, k + 4))
+    } else if has(w, k, b"false") {
+        Some((false, k + 5))
+    } else {
+        None
+    }
+}
+
+/// The offset after the comma at `k`.
+#[inline(always)]
+fn comma(w: &Window, k: usize) -> Option<usize> {
+    (w.get(k) == Some(&b',')).then_some(k + 1)
+}
+
+/// A non-empty id of up to 7 bytes from `k` (after its opening quote) to the
+/// first quote, backslash or control byte, which the caller's next literal
+/// must show to be its closing quote: its packed word (`Ids`'s key) and where
+/// it ends. Longer ids are left to `Text::op`.
+#[inline(always)]
+fn short_id(w: &Window, k: usize) -> Option<(u64, usize)> {
+    let x = word(w, k)?;
+    let n = stops(x).trailing_zeros() / 8;
+    if n == 0 || n > 7 {
+        return None;
+    }
+    let bytes = x & ((1u64 << (8 * n)) - 1);
+    Some((bytes | u64::from(n) << 56, k + n as usize))
+}
+
+/// The members that sort before `id`: `cache_salt`, `delay_cache_blocks` and
+/// `full_sequence_must_fit` (each op reads the ones it has, as `build` does).
 #[derive(Clone, Copy, Default)]
 struct Lead<'a> {
-    /// `Some(None)`: `"cache_salt":null`.
-    salt: Option<Option<&'a str>>,
+    salt: Option<&'a str>,
     delay: Option<bool>,
     must_fit: Option<bool>,
 }
 
 impl<'a> Text<'a> {
-    /// The op at `i`, if it is of a shape read here (`None` for anything else,
-    /// with no id interned; tokens may have been appended, for the caller to drop).
+    /// The op at `i`, compiled into `out` if it is of a shape read here, and the
+    /// position after it (`None` for anything else, with no op, id or string
+    /// added; tokens may have been appended, for the caller to drop).
     #[inline(always)]
     pub(super) fn shaped_op(self, i: usize, out: &mut Out) -> Option<usize> {
-        let head = word_at(self.b, i)?;
+        match self.b.get(i..).and_then(<[u8]>::first_chunk::<W>) {
+            Some(w) => self.shape(i, w, out),
+            None => self.shape_near_end(i, out),
+        }
+    }
+
+    /// `shaped_op` within `W` bytes of the text's end.
+    #[inline(never)]
+    fn shape_near_end(self, i: usize, out: &mut Out) -> Option<usize> {
+        let rest = self.b.get(i..)?;
+        let mut w = [0; W];
+        w.get_mut(..rest.len())?.copy_from_slice(rest);
+        self.shape(i, &w, out)
+    }
+
+    #[inline(always)]
+    fn shape(self, i: usize, w: &Window, out: &mut Out) -> Option<usize> {
+        let head = word(w, 0)?;
         if head & 0xFF_FFFF_FFFF_FFFF == word_of(b"{\"id\":\"") {
-            return self.after_lead(i + 6, Lead::default(), out);
+            return self.id_on(i, w, 7, Lead::default(), out);
         }
-        if has(self.b, i, b"{\"op\":\"new_step\"}") {
-            return Some(out.push(Op::NewStep, i + 17));
+        const NEW_STEP: &[u8; 17] = b"{\"op\":\"new_step\"}";
+        if has(w, 0, NEW_STEP) {
+            return Some(out.push(Op::NewStep, i + NEW_STEP.len()));
         }
-        self.led_op(i, out)
+        self.led(i, w, out)
     }
 
     /// An op of a rarer shape: `reset_prefix_cache`, or one with members before its `id`.
     #[inline(never)]
-    fn led_op(self, i: usize, out: &mut Out) -> Option<usize> {
-        let b = self.b;
+    fn led(self, i: usize, w: &Window, out: &mut Out) -> Option<usize> {
         const RESET: &[u8; 27] = b"{\"op\":\"reset_prefix_cache\"}";
-        if has(b, i, RESET) {
+        if has(w, 0, RESET) {
             return Some(out.push(Op::ResetPrefixCache, i + RESET.len()));
         }
-        let mut lead = Lead::default();
-        let mut j = i + 1;
-        if b.get(i) != Some(&b'{') {
+        if w[0] != b'{' {
             return None;
         }
-        if has(b, j, b"\"cache_salt\":") {
-            let (salt, at) = if has(b, j + 13, b"null") {
-                (None, j + 17)
+        let (mut lead, mut k) = (Lead::default(), 1);
+        if has(w, k, b"\"cache_salt\":") {
+            k += 13;
+            let salt = if has(w, k, b"null") {
+                k += 4;
+                None
             } else {
-                self.parse(j + 13, Parser::string).map(|(s, at)| (Some(s), at))?
+                let (salt, at) = self.parse(i + k, Parser::string)?;
+                k = at - i;
+                Some(salt)
             };
-            lead.salt = Some(salt);
-            j = self.comma(at)?;
+            lead.salt = salt;
+            k = comma(w, k)?;
         }
-        if has(b, j, b"\"delay_cache_blocks\":") {
-            let (v, at) = self.bool(j + 21)?;
+        if has(w, k, b"\"delay_cache_blocks\":") {
+            let (v, at) = flag(w, k + 21)?;
             lead.delay = Some(v);
-            j = self.comma(at)?;
+            k = comma(w, at)?;
         }
-        if has(b, j, b"\"full_sequence_must_fit\":") {
-            let (v, at) = self.bool(j + 25)?;
+        if has(w, k, b"\"full_sequence_must_fit\":") {
+            let (v, at) = flag(w, k + 25)?;
             lead.must_fit = Some(v);
-            j = self.comma(at)?;
+            k = comma(w, at)?;
         }
-        if !has(b, j, b"\"id\":") {
+        if !has(w, k, b"\"id\":\"") {
             return None;
         }
-        self.after_lead(j + 5, lead, out)
+        self.id_on(i, w, k + 6, lead, out)
     }
 
-    /// The position after the comma at `i`.
-    #[inline(always)]
-    fn comma(self, i: usize) -> Option<usize> {
-        (self.b.get(i) == Some(&b',')).then_some(i + 1)
-    }
-
-    /// `true` or `false` at `i`.
-    #[inline(always)]
-    fn bool(self, i: usize) -> Option<(bool, usize)> {
-        if has(self.b, i, b"true") {
-            Some((true, i + 4))
-        } else if has(self.b, i, b"false") {
-            Some((false, i + 5))
-        } else {
-            None
-        }
-    }
-
-    /// The position after the `}` at `i` that closes an op.
-    #[inline(always)]
-    fn close(self, i: usize) -> Option<usize> {
-        (self.b.get(i) == Some(&b'}')).then_some(i + 1)
-    }
-
-    /// The rest of an op from its id's opening quote at `i`: what follows the
+    /// The rest of an op from its id (its first byte at `k`): what follows the
     /// id tells the shapes apart.
     #[inline(always)]
-    fn after_lead(self, i: usize, lead: Lead<'a>, out: &mut Out) -> Option<usize> {
-        let b = self.b;
-        let (id, j) = self.id(i)?;
-        let next = word_at(b, j)?;
-        if next & 0xFF_FFFF_FFFF_FFFF == word_of(b",\"op\":\"") {
-            return self.named(j + 6, id, lead, out);
+    fn id_on(self, i: usize, w: &Window, k: usize, lead: Lead<'a>, out: &mut Out) -> Option<usize> {
+        let (packed, at) = short_id(w, k)?;
+        let id = IdText::Short(packed, i + k);
+        let k = at;
+        let next = word(w, k)?;
+        if next == word_of(b"\",\"op\":\"") {
+            return self.named(i, w, k + 8, id, lead, out);
         }
-        // The one member shorter than 8 bytes is read; the rest have 8 or more.
-        if next == word_of(b",\"num_ne") {
-            if !has(b, j, b",\"num_new_tokens\":") {
-                return None;
-            }
-            let (n, k) = self.uint(j + 18)?;
-            const ALLOC: &[u8; 22] = b",\"op\":\"allocate_slots\"";
-            if !has(b, k, ALLOC) {
-                return None;
-            }
-            let k = k + ALLOC.len();
-            let (use_computed, end) = match self.close(k) {
-                Some(end) => (true, end),
-                None if has(b, k, b",\"use_computed\":") => {
-                    let (v, at) = self.bool(k + 16)?;
-                    (v, self.close(at)?)
-                }
-                None => return None,
-            };
-            if lead.salt.is_some() || n == 0 {
-                return None;
-            }
-            let op = Op::AllocateSlots(Ok(Alloc {
-                id: out.intern(id, self.s)?,
-                num_new_tokens: n,
-                num_lookahead_tokens: 0,
-                delay_cache_blocks: lead.delay.unwrap_or(false),
-                full_sequence_must_fit: lead.must_fit.unwrap_or(false),
-                use_computed,
-            }));
-            return Some(out.push(op, end));
+        if next == word_of(b"\",\"num_n") {
+            return self.allocate_slots(i, w, k + 8, id, lead, out);
         }
-        if next != word_of(b",\"num_to") || !has(b, j, b",\"num_tokens\":") {
+        // `","num_tokens":`, then a `commit` or a `cache_blocks`.
+        if next != word_of(b"\",\"num_t") || !has(w, k + 8, b"okens\":") {
             return None;
         }
-        let (n, k) = self.uint(j + 14)?;
-        if lead.salt.is_some() || lead.delay.is_some() || lead.must_fit.is_some() {
-            return None;
-        }
+        let (n, k) = int(w, k + 15)?;
         const COMMIT: &[u8; 14] = b",\"op\":\"commit\"";
-        if has(b, k, COMMIT) {
+        if has(w, k, COMMIT) {
             let k = k + COMMIT.len();
-            let (output_tokens, end) = match self.close(k) {
-                Some(end) => {
+            let (output_tokens, end) = match w.get(k) {
+                Some(b'}') => {
                     let none = Span {
                         start: offset(out.data.tokens.len()),
                         len: 0,
                     };
-                    (none, end)
+                    (none, i + k + 1)
                 }
-                None if has(b, k, b",\"output_tokens\":") => {
-                    let (span, at) = self.tokens(k + 17, &mut out.data.tokens)?;
+                _ if has(w, k, b",\"output_tokens\":") => {
+                    let (span, at) = self.tokens(i + k + 17, &mut out.data.tokens)?;
                     (span, self.close(at)?)
                 }
-                None => return None,
+                _ => return None,
             };
-            let id = out.intern(id, self.s)?;
             let op = Op::Commit(Ok(Commit {
-                id,
+                id: out.intern(id, self.s)?,
                 num_tokens: n,
                 output_tokens,
             }));
             return Some(out.push(op, end));
         }
         const CACHE: &[u8; 21] = b",\"op\":\"cache_blocks\"}";
-        if !has(b, k, CACHE) {
+        if !has(w, k, CACHE) {
             return None;
         }
         let op = Op::CacheBlocks(Ok((out.intern(id, self.s)?, n)));
-        Some(out.push(op, k + CACHE.len()))
+        Some(out.push(op, i + k + CACHE.len()))
     }
 
-    /// The rest of an op whose `op` follows its id: the name at `i` (its
-    /// opening quote), then a prompt for `add_request`, else the op's end.
+    /// An `allocate_slots` from `num_new_tokens` (`k`: the key's ninth byte).
     #[inline(always)]
-    fn named(self, i: usize, id: super::IdText<'a>, lead: Lead<'a>, out: &mut Out) -> Option<usize> {
-        let b = self.b;
-        let (name, k) = self.op_name(i)?;
-        if lead.delay.is_some() || lead.must_fit.is_some() {
+    fn allocate_slots(self, i: usize, w: &Window, k: usize, id: IdText, lead: Lead, out: &mut Out) -> Option<usize> {
+        if !has(w, k, b"ew_tokens\":") {
             return None;
         }
-        if let Name::AddRequest = name {
-            if !has(b, k, b",\"prompt\":") {
-                return None;
+        let (n, k) = int(w, k + 11)?;
+        const ALLOC: &[u8; 22] = b",\"op\":\"allocate_slots\"";
+        if !has(w, k, ALLOC) || n == 0 {
+            return None;
+        }
+        let k = k + ALLOC.len();
+        let (use_computed, end) = match w.get(k) {
+            Some(b'}') => (true, k + 1),
+            _ if has(w, k, b",\"use_computed\":") => {
+                let (v, at) = flag(w, k + 16)?;
+                (v, (w.get(at) == Some(&b'}')).then_some(at + 1)?)
             }
-            let (prompt, at) = self.tokens(k + 10, &mut out.data.tokens)?;
+            _ => return None,
+        };
+        let op = Op::AllocateSlots(Ok(Alloc {
+            id: out.intern(id, self.s)?,
+            num_new_tokens: n,
+            num_lookahead_tokens: 0,
+            delay_cache_blocks: lead.delay.unwrap_or(false),
+            full_sequence_must_fit: lead.must_fit.unwrap_or(false),
+            use_computed,
+        }));
+        Some(out.push(op, i + end))
+    }
+
+    /// The rest of an op whose `op` follows its id: the name at `k` (after its
+    /// opening quote), then a prompt for `add_request`, else the op's end.
+    #[inline(always)]
+    fn named(self, i: usize, w: &Window, k: usize, id: IdText, lead: Lead, out: &mut Out) -> Option<usize> {
+        const ADD: &[u8; 22] = b"add_request\",\"prompt\":";
+        if has(w, k, ADD) {
+            let (prompt, at) = self.tokens(i + k + ADD.len(), &mut out.data.tokens)?;
             let end = self.close(at)?;
             let id = out.intern(id, self.s)?;
-            let salt = lead.salt.flatten().map(|s| out.data.string(s.to_string()));
+            let salt = lead.salt.map(|s| out.data.string(s.to_string()));
             let op = Op::AddRequest {
                 id: Ok(id),
                 prompt: Ok(prompt),
@@ -230,17 +285,20 @@ impl<'a> Text<'a> {
             };
             return Some(out.push(op, end));
         }
-        if lead.salt.is_some() {
-            return None;
-        }
-        let end = self.close(k)?;
-        let op = match name {
-            Name::Free => Op::Free(Ok(out.intern(id, self.s)?)),
-            Name::GetComputedBlocks => Op::GetComputedBlocks(Ok(out.intern(id, self.s)?)),
-            Name::Preempt => Op::Preempt(Ok(out.intern(id, self.s)?)),
+        let (op, len): (fn(u32) -> Op, usize) = match w.get(k)? {
+            b'f' if has(w, k, b"free\"}") => (|id| Op::Free(Ok(id)), 6),
+            b'g' if has(w, k, b"get_computed_blocks\"}") => (|id| Op::GetComputedBlocks(Ok(id)), 21),
+            b'p' if has(w, k, b"preempt\"}") => (|id| Op::Preempt(Ok(id)), 9),
             _ => return None,
         };
-        Some(out.push(op, end))
+        let op = op(out.intern(id, self.s)?);
+        Some(out.push(op, i + k + len))
+    }
+
+    /// The position after the `}` at `i` (in the text) that closes an op.
+    #[inline(always)]
+    fn close(self, i: usize) -> Option<usize> {
+        (self.b.get(i) == Some(&b'}')).then_some(i + 1)
     }
 }
 
@@ -250,7 +308,11 @@ mod tests {
     use super::super::{Out, Text};
 
     /// Ops in the shapes read here, one of each (and of each optional member).
-    const SHAPED: [&str; 18] = [
+    const SHAPED: [&str; 22] = [
+        r#"{"cache_salt":"x","delay_cache_blocks":true,"id":"r1","op":"free"}"#,
+        r#"{"full_sequence_must_fit":true,"id":"r1","num_tokens":3,"op":"commit","output_tokens":[5]}"#,
+        r#"{"cache_salt":null,"full_sequence_must_fit":false,"id":"r1","num_new_tokens":2,"op":"allocate_slots"}"#,
+        r#"{"delay_cache_blocks":false,"full_sequence_must_fit":false,"id":"r123456","num_new_tokens":1234567,"op":"allocate_slots","use_computed":false}"#,
         r#"{"id":"r12","num_new_tokens":23,"op":"allocate_slots"}"#,
         r#"{"delay_cache_blocks":true,"full_sequence_must_fit":false,"id":"r1","num_new_tokens":7,"op":"allocate_slots","use_computed":false}"#,
         r#"{"full_sequence_must_fit":true,"id":"r1","num_new_tokens":1,"op":"allocate_slots","use_computed":true}"#,
@@ -280,32 +342,41 @@ mod tests {
     /// The op leading `text`, read as a shape and field by field: where the
     /// shape reads it, both make the same op and end at the same place; where
     /// it does not, it leaves no op, string or id behind. Whether it read it.
+    /// Both where the text ends within a window's bytes of the op (a padded
+    /// copy) and where it does not; the two read alike.
     fn shaped_as_read(text: &str) -> bool {
-        let t = Text {
-            s: text,
-            b: text.as_bytes(),
-        };
-        let (mut shaped, mut read) = (Out::new(0), Out::new(0));
-        let end = t.shaped_op(0, &mut shaped);
-        match end {
-            Some(end) => {
-                assert_eq!(Some(end), t.unshaped_op(0, &mut read), "{text}");
-                assert_eq!(dump(&shaped), dump(&read), "{text}");
+        let long = format!("{text}{}", " ".repeat(super::W));
+        let [near_end, within] = [text, &long].map(|text| {
+            let t = Text {
+                s: text,
+                b: text.as_bytes(),
+            };
+            let (mut shaped, mut read) = (Out::new(0), Out::new(0));
+            let end = t.shaped_op(0, &mut shaped);
+            match end {
+                Some(end) => {
+                    assert_eq!(Some(end), t.unshaped_op(0, &mut read), "{text}");
+                    assert_eq!(dump(&shaped), dump(&read), "{text}");
+                }
+                None => {
+                    let left = (shaped.ops.len(), shaped.data.strings.len(), shaped.data.ids.count());
+                    assert_eq!(left, (0, 0, 0), "{text}");
+                }
             }
-            None => {
-                let left = (shaped.ops.len(), shaped.data.strings.len(), shaped.data.ids.count());
-                assert_eq!(left, (0, 0, 0), "{text}");
-            }
-        }
-        end.is_some()
+            end
+        });
+        assert_eq!(near_end, within, "{text}");
+        within.is_some()
     }
 
-    /// `op` in a trace between two other ops, and as the trace's last op.
+    /// `op` in a trace between other ops (more than a window's bytes after
+    /// it), and as the trace's last op.
     fn in_traces(op: &str) -> [String; 2] {
         let head = r#"{"format":"kvtrace/1","config":{"block_size":4,"num_blocks":8,"max_model_len":64,"enable_caching":true,"groups":[{"kind":"full_attention"}]},"ops":["#;
         let free = r#"{"id":"r12","op":"free"}"#;
+        let frees = [free; 8].join(",\n");
         [
-            format!("{head}\n{free},\n{op},\n{free}\n]}}\n"),
+            format!("{head}\n{free},\n{op},\n{frees}\n]}}\n"),
             format!("{head}{op}]}}"),
         ]
     }
