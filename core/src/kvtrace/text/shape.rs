@@ -216,10 +216,7 @@ impl<'a> Text<'a> {
                     };
                     (none, i + k + 1)
                 }
-                _ if has(w, k, b",\"output_tokens\":") => {
-                    let (span, at) = self.tokens(i + k + 17, &mut out.data.tokens)?;
-                    (span, self.close(at)?)
-                }
+                _ if has(w, k, b",\"output_tokens\":[") => self.output_tokens(i, w, k + 18, out)?,
                 _ => return None,
             };
             let op = Op::Commit(Ok(Commit {
@@ -235,6 +232,22 @@ impl<'a> Text<'a> {
         }
         let op = Op::CacheBlocks(Ok((out.intern(id, self.s)?, n)));
         Some(out.push(op, i + k + CACHE.len()))
+    }
+
+    /// A commit's `output_tokens` from its first item (at `k`) and the op's end:
+    /// the usual one token read here, any other list by `tokens`.
+    #[inline(always)]
+    fn output_tokens(self, i: usize, w: &Window, k: usize, out: &mut Out) -> Option<(Span, usize)> {
+        let tokens = &mut out.data.tokens;
+        if let Some((token, at)) = int(w, k) {
+            if has(w, at, b"]}") {
+                let start = offset(tokens.len());
+                tokens.push(token);
+                return Some((Span { start, len: 1 }, i + at + 2));
+            }
+        }
+        let (span, at) = self.tokens(i + k - 1, tokens)?;
+        Some((span, self.close(at)?))
     }
 
     /// An `allocate_slots` from `num_new_tokens` (`k`: the key's ninth byte).
@@ -462,6 +475,7 @@ mod tests {
                 for op in [
                     format!(r#"{{"id":"{id}","num_new_tokens":{n},"op":"allocate_slots"}}"#),
                     format!(r#"{{"id":"{id}","num_tokens":{n},"op":"commit","output_tokens":[{n},{n}]}}"#),
+                    format!(r#"{{"id":"{id}","num_tokens":1,"op":"commit","output_tokens":[{n}]}}"#),
                     format!(r#"{{"id":"{id}","num_tokens":{n},"op":"cache_blocks"}}"#),
                     format!(r#"{{"id":"{id}","op":"add_request","prompt":[{n}]}}"#),
                 ] {
