@@ -24,10 +24,12 @@ struct Step {
     /// Per lane byte, the byte of the eight it takes (`0x80`: zero): item k's
     /// digits end lane k, most significant first.
     shuffle: [u8; 16],
-    /// The bytes read: the items and their separators (each item's bytes must be digits).
+    /// The bytes read (the items and their separators; each item's bytes must
+    /// be digits) in the low 32 bits, and in the high 32 the first byte of each
+    /// item of two or more bytes (which must not be `0`).
+    check: u64,
+    /// The bytes read.
     region: u32,
-    /// The first byte of each item of two or more bytes (which must not be `0`).
-    leads: u32,
     /// Items read: 0 where the bytes do not begin with such a run.
     count: u32,
     /// Bytes read.
@@ -36,8 +38,8 @@ struct Step {
 
 const NONE: Step = Step {
     shuffle: [0x80; 16],
+    check: 0,
     region: 0,
-    leads: 0,
     count: 0,
     len: 0,
 };
@@ -59,7 +61,7 @@ const fn step(sep: usize) -> Step {
                 k += 1;
             }
             if len > 1 {
-                s.leads |= 1 << start;
+                s.check |= 1 << (32 + start);
             }
             s.count += 1;
             start = at + 1;
@@ -67,6 +69,7 @@ const fn step(sep: usize) -> Step {
         at += 1;
     }
     s.region = (1 << start) - 1;
+    s.check |= s.region as u64;
     s.len = start as u32;
     s
 }
@@ -94,48 +97,50 @@ pub(super) fn items(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> Option<(usize,
     None
 }
 
-/// The masks of sixteen bytes: per byte, one bit.
+/// The masks of 32 bytes: per byte, one bit.
 #[derive(Clone, Copy)]
 struct Masks {
     /// Separators up to the first `]` (all of them where there is none).
     sep: u32,
-    /// Digits and separators: the bytes that may be in a step's region.
-    fit: u32,
-    /// `0` digits.
-    zeros: u32,
+    /// What no step's region may hold (neither digit nor separator) in the low
+    /// 32 bits, and the `0` digits (which no item may begin with) in the high.
+    bad: u64,
     /// `]`.
     closes: u32,
 }
 
+/// The masks of 32 bytes, from two halves.
 #[target_feature(enable = "ssse3")]
-fn masks(v: __m128i) -> Masks {
+fn masks(c: &[u8; 32]) -> Masks {
     let mask = |m: __m128i| _mm_movemask_epi8(m) as u32;
-    let digits = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
-    let is_digit = mask(_mm_cmpeq_epi8(_mm_min_epu8(digits, _mm_set1_epi8(9)), digits));
-    let commas = mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8)));
-    let closes = mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b']' as i8)));
+    let half = |c: &[u8; 16]| {
+        let v = load16(c);
+        let digits = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
+        let is_digit = mask(_mm_cmpeq_epi8(_mm_min_epu8(digits, _mm_set1_epi8(9)), digits));
+        let commas = mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b',' as i8)));
+        let closes = mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b']' as i8)));
+        let zeros = mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'0' as i8)));
+        (is_digit, commas, closes, zeros)
+    };
+    let (d0, c0, e0, z0) = half(c.first_chunk::<16>().unwrap());
+    let (d1, c1, e1, z1) = half(c.last_chunk::<16>().unwrap());
+    let (digits, commas, closes, zeros) = (d0 | d1 << 16, c0 | c1 << 16, e0 | e1 << 16, z0 | z1 << 16);
     let sep = (commas | closes) & (closes ^ closes.wrapping_sub(1));
     Masks {
         sep,
-        fit: is_digit | sep,
-        zeros: mask(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'0' as i8))),
+        bad: u64::from(!(digits | sep)) | u64::from(zeros) << 32,
         closes,
     }
 }
 
 impl Masks {
-    /// The step of the eight bytes from `at`, if they begin with a run of common items.
+    /// The step of the eight bytes from `at` (at most 24), if they begin with a
+    /// run of common items.
     #[inline(always)]
     fn step(self, at: u32) -> Option<&'static Step> {
         let s = &STEPS[(self.sep >> at & 0xFF) as usize];
-        let ok = s.count != 0 && !(self.fit >> at) & s.region == 0 && (self.zeros >> at) & s.leads == 0;
-        ok.then_some(s)
-    }
-
-    /// Whether step `s` from `at` ends at the list's `]`.
-    #[inline(always)]
-    fn closed(self, at: u32, s: &Step) -> bool {
-        (self.closes >> at) & s.region != 0
+        // A zero digit before `at` lands at bit 32 - at or above, clear of the region's 8.
+        (s.count != 0 && (self.bad >> at) & s.check == 0).then_some(s)
     }
 }
 
@@ -152,43 +157,51 @@ fn values(w: &[u8; 8], s: &Step) -> [__m128i; 2] {
     [_mm_unpacklo_epi32(values, z), _mm_unpackhi_epi32(values, z)]
 }
 
-/// Two steps a loop: the second's bytes begin where the first's end, within
-/// the sixteen bytes whose masks both read.
+/// Up to four steps a loop, each from where the one before ends, all within
+/// the 32 bytes whose masks they read (a step reads at most 8). Where none
+/// reads an item (one of 5 or more digits), up to 8 items are read by
+/// `list_item`, so that lists of such items take the steps seldom.
 #[target_feature(enable = "ssse3")]
 fn ssse3_items(b: &[u8], mut i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
-    while let Some(c) = b.get(i..).and_then(<[u8]>::first_chunk::<16>) {
-        let m = masks(load16(c));
-        let Some(first) = m.step(0) else {
-            // One uncommon-length item, or the list's end.
-            let Some((n, len, closed)) = list_item(u64::from_le_bytes(*c.first_chunk::<8>().unwrap())) else {
-                return (i, false);
+    // 40 bytes: the 32 the masks cover, and 8 more so that a step's word at
+    // any offset below 32 is in them (steps begin at 24 at most).
+    while let Some(c) = b.get(i..).and_then(<[u8]>::first_chunk::<40>) {
+        let m = masks(c.first_chunk::<32>().unwrap());
+        tokens.reserve(20);
+        let spare = &mut tokens.spare_capacity_mut()[..20];
+        let (mut count, mut at) = (0, 0);
+        // Once a step reads the list's `]`, the next finds no separator (`sep` ends there) and reads nothing.
+        for _ in 0..4 {
+            let Some(s) = m.step(at) else {
+                break;
             };
-            tokens.push(n);
-            i += len + 1;
-            if closed {
-                return (i, true);
+            // At most 24 and 12 (three steps of at most 8 bytes and 4 items come
+            // before); the masks only tell the compiler that the reads are in bounds.
+            let w = c[(at & 31) as usize..].first_chunk::<8>().unwrap();
+            store(&mut spare[count & 15..], values(w, s));
+            count += s.count as usize;
+            at += s.len;
+        }
+        if count == 0 {
+            for _ in 0..8 {
+                let Some(w) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) else {
+                    return (i, false);
+                };
+                let Some((n, len, closed)) = list_item(u64::from_le_bytes(*w)) else {
+                    return (i, false);
+                };
+                tokens.push(n);
+                i += len + 1;
+                if closed {
+                    return (i, true);
+                }
             }
             continue;
-        };
-        tokens.reserve(8);
-        let spare = &mut tokens.spare_capacity_mut()[..8];
-        store(&mut spare[..4], values(c.first_chunk::<8>().unwrap(), first));
-        let mut count = first.count as usize;
-        let mut at = first.len;
-        let mut closed = m.closed(0, first);
-        if !closed {
-            if let Some(second) = m.step(at) {
-                let w = c[at as usize..].first_chunk::<8>().unwrap();
-                store(&mut spare[count..count + 4], values(w, second));
-                count += second.count as usize;
-                closed = m.closed(at, second);
-                at += second.len;
-            }
         }
         // SAFETY: the `count` values after the tokens were written above.
         unsafe { tokens.set_len(tokens.len() + count) };
         i += at as usize;
-        if closed {
+        if m.closes & ((1u64 << at) - 1) as u32 != 0 {
             return (i, true);
         }
     }
