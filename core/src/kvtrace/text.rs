@@ -9,6 +9,11 @@
 //! trace is compiled the old way (`serde_json` then `compile`), so the result,
 //! error messages included, is always exactly what `compile` makes of the
 //! parsed text.
+//!
+//! Within the direct pass, an op in the form writers write it is matched as a
+//! whole shape (`shape`), any other op field by field (`Text::op`); a token
+//! list's common items are read 32 bytes at a time with SSSE3 where the CPU
+//! has it (`runs`), a word at a time elsewhere (`items_swar`).
 
 use serde_json::Value;
 

@@ -1,10 +1,11 @@
 //! A token list's common items (1 to 4 digits without a leading zero, then
-//! `,` or `]`) read eight bytes at a time with SSSE3, where the CPU has it:
-//! the separators among the eight bytes pick a precomputed step (which bytes
-//! are items and which digits, where each item's digits go in four 32-bit
-//! lanes), one shuffle gathers the digits and two multiply-adds make the
-//! values. About two items a step instead of one; any other item is read as
-//! `list_item` reads it, and the caller reads what that does not.
+//! `,` or `]`) read with SSSE3, where the CPU has it: the separators among
+//! eight bytes pick a precomputed step (which bytes are items and which
+//! digits, where each item's digits go in four 32-bit lanes), one shuffle
+//! gathers the digits and two multiply-adds make the values; up to four steps
+//! follow each other in 32 bytes whose masks are made once. About two items a
+//! step instead of one; any other item is read as `list_item` reads it, and
+//! the caller reads what that does not.
 
 use std::arch::x86_64::{
     __m128i, _mm_cmpeq_epi8, _mm_load_si128, _mm_loadu_si128, _mm_madd_epi16, _mm_maddubs_epi16, _mm_min_epu8,
