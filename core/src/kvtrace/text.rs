@@ -9,6 +9,11 @@
 //! trace is compiled the old way (`serde_json` then `compile`), so the result,
 //! error messages included, is always exactly what `compile` makes of the
 //! parsed text.
+//!
+//! Within the direct pass, an op in the form writers write it is matched as a
+//! whole shape (`shape`), any other op field by field (`Text::op`); a token
+//! list's common items are read 32 bytes at a time with SSSE3 where the CPU
+//! has it (`runs`), a word at a time elsewhere (`items_swar`).
 
 use serde_json::Value;
 
@@ -18,6 +23,10 @@ use super::config::parse_config;
 use super::ops::{key_of, Key};
 use super::TraceError;
 use crate::kv::{GroupKind, GroupSpec, KvConfig, MambaMode};
+
+#[cfg(target_arch = "x86_64")]
+mod runs;
+mod shape;
 
 /// Compile a trace file's text: what `compile(&serde_json::from_str(text)?)`
 /// returns (a text that is not JSON is `TraceError::Json`), made without the tree.
@@ -240,6 +249,16 @@ fn list_item(w: u64) -> Option<(u64, usize, bool)> {
 /// list. A function of its own, so that its loop has the registers to itself.
 #[inline(never)]
 fn items(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(read) = runs::items(b, i, tokens) {
+        return read;
+    }
+    items_swar(b, i, tokens)
+}
+
+/// `items` a word at a time.
+#[inline(always)]
+fn items_swar(b: &[u8], i: usize, tokens: &mut Vec<u64>) -> (usize, bool) {
     let Some(mut rest) = b.get(i..) else {
         return (i, false);
     };
@@ -296,14 +315,10 @@ impl IdCache {
         IdCache([(u64::MAX, 0); 64])
     }
 
-    /// The index of the id whose packed word is `word`, from `intern` on a miss.
+    /// Where the id whose packed word is `word` is cached, if it is.
     #[inline(always)]
-    fn get(&mut self, word: u64, intern: impl FnOnce() -> u32) -> u32 {
-        let slot = &mut self.0[(word.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize];
-        if slot.0 != word {
-            *slot = (word, intern());
-        }
-        slot.1
+    fn slot(&mut self, word: u64) -> &mut (u64, u32) {
+        &mut self.0[(word.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize]
     }
 }
 
@@ -614,40 +629,52 @@ impl<'a> Parser<'a> {
 
     /// The `ops` list, compiled.
     fn ops(&mut self) -> Option<(Vec<Op>, OpData)> {
-        let mut data = OpData::default();
-        // Sized from the text (trace writers' ops take about 64 bytes each, and
-        // a request about 900; ids are reserved for twice that many), so the lists
-        // seldom grow. Tokens fill up to a seventh of a generated trace's bytes (a
-        // token of 1-3 digits and its comma): regrowing that list copied it whole,
-        // 1.5% of compiling.
-        let mut ops = Vec::with_capacity(self.b.len() / 48);
-        data.tokens.reserve(self.b.len() / 6);
-        data.ids.reserve(self.b.len() / 512);
-        let mut seen = IdCache::new();
+        let mut out = Out::new(self.b.len());
         self.eat(b'[')?;
         self.ws();
         if self.eat(b']').is_none() {
             let t = Text { s: self.s, b: self.b };
-            let mut i = self.i;
-            loop {
-                let (op, at) = t.op(i, &mut data, &mut seen)?;
-                ops.push(op);
-                // Traces are written an op a line: a comma and one newline are read here.
-                if let Some(b",\n") = self.b.get(at..at + 2) {
-                    if self.b.get(at + 2).is_some_and(|&c| c > b' ') {
-                        i = at + 2;
-                        continue;
-                    }
-                }
-                let (more, at) = t.more(at, b']')?;
-                i = at;
-                if !more {
-                    break;
-                }
-            }
-            self.i = i;
+            self.i = t.op_list(self.i, &mut out)?;
         }
-        Some((ops, data))
+        Some((out.ops, out.data))
+    }
+}
+
+/// What the op list is compiled into: the ops, their data, and the ids cached.
+struct Out {
+    ops: Vec<Op>,
+    data: OpData,
+    seen: IdCache,
+}
+
+impl Out {
+    /// Sized for a text of `len` bytes (trace writers' ops take about 64 bytes each,
+    /// and a request about 900; ids are reserved for twice that many), so the lists
+    /// seldom grow. Tokens fill up to a seventh of a generated trace's bytes (a
+    /// token of 1-3 digits and its comma): regrowing that list copied it whole,
+    /// 1.5% of compiling.
+    fn new(len: usize) -> Self {
+        let mut out = Out {
+            ops: Vec::with_capacity(len / 48),
+            data: OpData::default(),
+            seen: IdCache::new(),
+        };
+        out.data.tokens.reserve(len / 6);
+        out.data.ids.reserve(len / 512);
+        out
+    }
+
+    /// `op` appended; returns `end` (where the op's text ends), for the caller to return.
+    #[inline(always)]
+    fn push(&mut self, op: Op, end: usize) -> usize {
+        self.ops.push(op);
+        end
+    }
+
+    /// `intern` into these ops' data.
+    #[inline(always)]
+    fn intern(&mut self, id: IdText, text: &str) -> Option<u32> {
+        intern(id, &mut self.data, &mut self.seen, text)
     }
 }
 
@@ -671,6 +698,42 @@ impl<'a> Text<'a> {
         };
         let v = f(&mut p)?;
         Some((v, p.i))
+    }
+
+    /// The ops from `i` (the first op) on, compiled, and the position after the list's `]`.
+    #[inline(never)]
+    fn op_list(self, mut i: usize, out: &mut Out) -> Option<usize> {
+        let b = self.b;
+        loop {
+            let mark = out.data.tokens.len();
+            let at = match self.shaped_op(i, out) {
+                Some(at) => at,
+                None => {
+                    // Tokens a shape read before it gave up are read again.
+                    out.data.tokens.truncate(mark);
+                    self.unshaped_op(i, out)?
+                }
+            };
+            // Traces are written an op a line: a comma and one newline are read here.
+            if let Some(b",\n") = b.get(at..at + 2) {
+                if b.get(at + 2).is_some_and(|&c| c > b' ') {
+                    i = at + 2;
+                    continue;
+                }
+            }
+            let (more, at) = self.more(at, b']')?;
+            i = at;
+            if !more {
+                return Some(i);
+            }
+        }
+    }
+
+    /// `op`, out of `op_list`'s loop (it reads the ops no shape matches).
+    #[inline(never)]
+    fn unshaped_op(self, i: usize, out: &mut Out) -> Option<usize> {
+        let (op, at) = self.op(i, &mut out.data, &mut out.seen)?;
+        Some(out.push(op, at))
     }
 
     /// The position past any whitespace at `i` (one compare where there is none).
@@ -1042,18 +1105,45 @@ fn name_of(name: &str) -> Option<Name> {
     })
 }
 
+/// The index of the id `id` names (`None` for an empty one, which `compile_op` refuses).
+#[inline(always)]
+fn intern(id: IdText, data: &mut OpData, seen: &mut IdCache, text: &str) -> Option<u32> {
+    match id {
+        IdText::Short(word, at) => {
+            // Only interned ids are cached, never an empty one: a hit is the answer.
+            let slot = *seen.slot(word);
+            if slot.0 == word {
+                return Some(slot.1);
+            }
+            intern_short(word, at, data, seen, text)
+        }
+        IdText::Long(name) => intern_long(name, data),
+    }
+}
+
+/// `intern` of a short id not in the cache, which is then cached.
+#[inline(never)]
+fn intern_short(word: u64, at: usize, data: &mut OpData, seen: &mut IdCache, text: &str) -> Option<u32> {
+    let len = (word >> 56) as usize;
+    if len == 0 {
+        return None;
+    }
+    // Quotes are ASCII, so the name between them is whole characters.
+    let k = data.ids.intern_short(word, || &text[at..at + len]);
+    *seen.slot(word) = (word, k);
+    Some(k)
+}
+
+#[inline(never)]
+fn intern_long(name: &str, data: &mut OpData) -> Option<u32> {
+    (!name.is_empty()).then(|| data.ids.intern(name))
+}
+
 /// The compiled op of `f`, as `compile_op` makes it; `None` where that would
 /// hold a failed check, or where token lists were read that it would not store.
 #[inline(always)]
 fn build(f: &Fields, data: &mut OpData, seen: &mut IdCache, text: &str) -> Option<Op> {
-    let mut id = |data: &mut OpData| match f.id? {
-        IdText::Short(word, at) => {
-            let len = (word >> 56) as usize;
-            // Quotes are ASCII, so the name between them is whole characters.
-            (len > 0).then(|| seen.get(word, || data.ids.intern_short(word, || &text[at..at + len])))
-        }
-        IdText::Long(name) => (!name.is_empty()).then(|| data.ids.intern(name)),
-    };
+    let mut id = |data: &mut OpData| intern(f.id?, data, seen, text);
     let (prompt, outputs) = (f.prompt, f.output_tokens);
     let op = match f.name? {
         Name::AddRequest if outputs.is_none() => {
@@ -1110,13 +1200,13 @@ fn build(f: &Fields, data: &mut OpData, seen: &mut IdCache, text: &str) -> Optio
 mod tests {
     use serde_json::Value;
 
-    use super::{compile_text, direct, IdCache, Parser, Text};
+    use super::{compile_text, direct, intern, IdCache, IdText, Parser, Text};
     use crate::kvtrace::compiled::{compile, CompiledTrace};
     use crate::kvtrace::gen::generate;
     use crate::kvtrace::TraceError;
 
     /// Everything a compiled trace holds, rendered (ids by name and literal, in order).
-    fn dump(t: &CompiledTrace) -> String {
+    pub(super) fn dump(t: &CompiledTrace) -> String {
         let ids: Vec<(&str, &str)> = (0..t.data.ids.count() as u32)
             .map(|k| (t.data.ids.name(k), t.data.ids.literal(k)))
             .collect();
@@ -1132,7 +1222,7 @@ mod tests {
         compile(&v)
     }
 
-    fn agree(text: &str) {
+    pub(super) fn agree(text: &str) {
         match (compile_text(text), reference(text)) {
             (Ok(a), Ok(b)) => assert_eq!(dump(&a), dump(&b), "{text}"),
             (Err(a), Err(b)) => assert_eq!(a, b, "{text}"),
@@ -1318,7 +1408,7 @@ mod tests {
     /// The id cache answers what `Ids` answers, through collisions and refills.
     #[test]
     fn the_id_cache_agrees_with_the_ids() {
-        let mut ids = crate::kvtrace::ids::Ids::default();
+        let mut data = crate::kvtrace::compile::OpData::default();
         let mut seen = IdCache::new();
         for round in 0..3u64 {
             for i in 0..500u64 {
@@ -1327,10 +1417,11 @@ mod tests {
                 for (k, &c) in name.as_bytes().iter().enumerate() {
                     word |= u64::from(c) << (8 * k);
                 }
-                let k = seen.get(word, || ids.intern_short(word, || &name));
-                assert_eq!(ids.get(&name), Some(k), "{name}");
+                let k = intern(IdText::Short(word, 0), &mut data, &mut seen, &name);
+                assert_eq!(data.ids.get(&name), k, "{name}");
             }
         }
+        assert_eq!(intern(IdText::Short(0, 0), &mut data, &mut seen, ""), None);
     }
 
     #[test]
