@@ -92,7 +92,7 @@ impl CompiledTrace {
     pub fn run_quiet_reusing(&self, storage: &mut ReplayStorage) -> usize {
         let Ok(cfg) = &self.config else { return 0 };
         let r = storage.replayer(cfg);
-        r.skip_order();
+        r.quiet();
         for (i, &op) in self.ops.iter().enumerate() {
             if r.apply_inline(&self.data, op).is_err() {
                 return i + 1;
@@ -126,11 +126,13 @@ impl CompiledTrace {
 
 #[cfg(test)]
 mod tests {
-    use super::{compile, ReplayStorage};
+    use super::{compile, CompiledTrace, ReplayStorage};
+    use crate::kv::state_text::model_state;
     use crate::kv::KvCacheManager;
     use crate::kvtrace::compile::OpData;
-    use crate::kvtrace::exec::Replayer;
+    use crate::kvtrace::exec::{OpError, Outcome, Replayer};
     use crate::kvtrace::gen::generate;
+    use crate::kvtrace::live::Live;
     use crate::kvtrace::observed::render_init;
 
     /// The whole observable state (every section of an observation line), rendered afresh.
@@ -138,6 +140,71 @@ mod tests {
         let mut line = String::new();
         render_init(r, data, &mut Default::default(), &mut line);
         line
+    }
+
+    /// Traces to compare replay modes on: generated ones (every layout) and every
+    /// trace under tests/data (edge cases and errors).
+    fn test_traces() -> Vec<CompiledTrace> {
+        let mut out: Vec<CompiledTrace> = (0..160)
+            .map(|i| compile(&generate(11, i)).expect("a generated trace compiles"))
+            .collect();
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+        for dir in ["kvtrace_examples", "kvtrace_reference"] {
+            let mut files: Vec<_> = std::fs::read_dir(data.join(dir))
+                .expect("tests/data is there")
+                .map(|e| e.expect("a readable entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect();
+            files.sort();
+            for f in files {
+                let text = std::fs::read_to_string(&f).expect("a readable trace");
+                if let Ok(t) = crate::kvtrace::compile_text(&text) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// A live request as a later op reads it, its pending hashes computed.
+    fn request_text(l: &Live) -> String {
+        let mut req = l.req.clone();
+        req.hash_pending();
+        format!("{req:?} {:?}", l.uncommitted)
+    }
+
+    #[test]
+    fn a_quiet_replay_changes_the_model_like_an_observed_one() {
+        let mut storage = ReplayStorage::default();
+        let (mut traces, mut ops) = (0, 0);
+        for (i, t) in test_traces().iter().enumerate() {
+            let Ok(cfg) = &t.config else { continue };
+            let mut observed = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
+            let quiet = storage.replayer(cfg);
+            quiet.quiet();
+            for (k, &op) in t.ops.iter().enumerate() {
+                let (a, b) = (observed.apply(&t.data, op), quiet.apply(&t.data, op));
+                let message = |r: &Result<Outcome, OpError>| match r {
+                    Ok(o) => format!("{o:?}"),
+                    Err(OpError::Invalid(m)) => m.clone(),
+                    Err(OpError::Model(e)) => e.to_string(),
+                };
+                assert_eq!(message(&a), message(&b), "trace {i} op {k}");
+                assert_eq!(model_state(quiet.kv()), model_state(observed.kv()), "trace {i} op {k}");
+                assert_eq!(quiet.new_blocks, observed.new_blocks, "trace {i} op {k}");
+                assert_eq!(quiet.pending, observed.pending, "trace {i} op {k}");
+                for id in 0..t.data.ids.count() as u32 {
+                    let (q, o) = (quiet.get(id), observed.get(id));
+                    assert_eq!(q.map(request_text), o.map(request_text), "trace {i} op {k} id {id}");
+                }
+                ops += 1;
+                if a.is_err() {
+                    break;
+                }
+            }
+            traces += 1;
+        }
+        assert!(traces > 190 && ops > 30_000, "{traces} traces, {ops} ops");
     }
 
     #[test]

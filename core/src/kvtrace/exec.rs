@@ -44,8 +44,9 @@ pub struct Replayer {
     slots: Slots,
     /// Live ids sorted by name (the observation's `requests` order).
     order: Vec<u32>,
-    /// `order` is kept: off only in a quiet replay, which renders no observation.
-    keep_order: bool,
+    /// A quiet replay (no observation): no `order` is kept, and requests are hashed
+    /// only once the model first reads them (`Request::renew_unhashed`).
+    quiet: bool,
     /// The live set changed since the last observation.
     live_changed: bool,
     /// Everything must be rendered afresh (a new replay, or the model was handed out).
@@ -90,7 +91,7 @@ impl Replayer {
             kv,
             slots: Slots::default(),
             order: Vec::new(),
-            keep_order: true,
+            quiet: false,
             live_changed: true,
             stale: true,
             next_rid: 0,
@@ -107,7 +108,7 @@ impl Replayer {
         self.kv.reset_to(cfg)?;
         self.slots.reset();
         self.order.clear();
-        self.keep_order = true;
+        self.quiet = false;
         self.live_changed = true;
         self.stale = true;
         self.next_rid = 0;
@@ -136,17 +137,19 @@ impl Replayer {
         self.slots.get(id)
     }
 
-    /// Until the next `reset_to`, keep no name order of the live ids (`live_in_order`
-    /// is then unavailable): a quiet replay renders nothing, and placing every new
-    /// request cost a binary search and a shift on each add and free.
-    pub(super) fn skip_order(&mut self) {
-        self.keep_order = false;
+    /// Until the next `reset_to`, replay quietly: keep no name order of the live ids
+    /// (`live_in_order` is then unavailable; placing every new request cost a binary
+    /// search and a shift on each add and free) and hash each request's prompt only
+    /// when the model first reads the request (a trace that ends with requests still
+    /// waiting never hashes those). Nothing observable depends on either.
+    pub(super) fn quiet(&mut self) {
+        self.quiet = true;
         self.order.clear();
     }
 
     /// Live requests in name order: (id, slot, request).
     pub fn live_in_order(&self) -> impl Iterator<Item = (u32, u32, &Live)> {
-        assert!(self.keep_order, "a quiet replay keeps no name order");
+        assert!(!self.quiet, "a quiet replay keeps no name order");
         self.order.iter().map(|&k| {
             let slot = self.slots.slot(k).expect("ordered ids are live");
             (k, slot, self.slots.get(k).expect("ordered ids are live"))
@@ -196,11 +199,12 @@ impl Replayer {
             Op::Commit(c) => self.commit(data, checked(data, c)?),
             Op::CacheBlocks(c) => {
                 let (id, n) = checked(data, c)?;
-                let l = live(&self.slots, data, id)?;
+                let l = live_mut(&mut self.slots, data, id)?;
                 if n > l.req.num_computed_tokens {
                     let have = l.req.num_computed_tokens;
                     return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
                 }
+                l.req.hash_pending();
                 self.kv.cache_blocks(&l.req, n)?;
                 Ok(Outcome::Null)
             }
@@ -221,7 +225,7 @@ impl Replayer {
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
                 self.slots.remove(id);
-                if self.keep_order {
+                if !self.quiet {
                     let at = self.order_position(data, id);
                     self.order.remove(at);
                 }
@@ -253,8 +257,13 @@ impl Replayer {
         let hbs = self.kv.request_hash_block_size();
         // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
         let room = (max as usize).min(prompt.len() + 1024);
-        self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
-        if self.keep_order {
+        if self.quiet {
+            self.slots
+                .insert(id, |req| req.renew_unhashed(rid, prompt, room, salt, hbs));
+        } else {
+            self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
+        }
+        if !self.quiet {
             let at = self.order_position(data, id);
             self.order.insert(at, id);
         }
@@ -284,6 +293,7 @@ impl Replayer {
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
+        l.req.hash_pending();
         let mut hit = std::mem::take(&mut self.spare_hit);
         self.kv.get_computed_blocks_into(&l.req, &mut hit);
         l.req.shared_prefix_boundary = hit.shared_prefix_boundary;
@@ -318,6 +328,7 @@ impl Replayer {
         {
             return Err("allocation beyond the request's known tokens".into());
         }
+        l.req.hash_pending();
         let args = AllocateArgs {
             num_new_tokens: a.num_new_tokens,
             hits,

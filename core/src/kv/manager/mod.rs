@@ -491,6 +491,28 @@ impl GroupManager {
         self.tables.remove(&req).unwrap_or_default()
     }
 
+    /// Mamba "align" bookkeeping in a canonical order (`state_text`).
+    #[cfg(test)]
+    pub(crate) fn mamba_state_text(&self) -> String {
+        let sorted = |keys: Vec<ReqId>| {
+            let mut k = keys;
+            k.sort_unstable();
+            k
+        };
+        let allocated = sorted(self.allocated.keys().collect());
+        let last: Vec<_> = sorted(self.last_state_idx.keys().collect())
+            .into_iter()
+            .map(|r| (r, self.last_state_idx.get(&r).copied()))
+            .collect();
+        let retired: Vec<_> = sorted(self.num_retired.keys().collect())
+            .into_iter()
+            .map(|r| (r, self.num_retired.get(&r).copied()))
+            .collect();
+        let mut step: Vec<BlockKey> = self.cached_this_step.iter().copied().collect();
+        step.sort_unstable();
+        format!("allocated {allocated:?} last {last:?} retired {retired:?} this_step {step:?}")
+    }
+
     /// `new_step_starts`: Mamba forgets which states were cached this step.
     pub fn new_step_starts(&mut self) {
         self.cached_this_step.clear();
