@@ -22,18 +22,20 @@ pub fn model_state(kv: &KvCacheManager) -> String {
     }
     let in_queue: Vec<bool> = (0..p.num_blocks()).map(|b| p.in_free_queue(b)).collect();
     writeln!(s, "in_queue {in_queue:?} evictions {}", p.evictions()).unwrap();
-    for m in &kv.groups {
+    for (g, m) in kv.groups.iter().enumerate() {
         writeln!(s, "group {} {:?}", m.group_id, m.spec).unwrap();
-        for req in m.request_ids() {
+        writeln!(s, "  with tables {:?}", kv.request_ids(g)).unwrap();
+        for req in kv.entry_ids() {
+            let table = kv.table_stamped(g, req);
+            let (cached, mamba) = (kv.num_cached_blocks(g, req), kv.mamba_entry(g, req));
             writeln!(
                 s,
-                "  req {req} table {:?} cached {:?}",
-                m.table(req),
-                m.num_cached_blocks(req)
+                "  req {req} table {:?} cached {cached:?} mamba {mamba:?}",
+                table.1.map(|_| table.0)
             )
             .unwrap();
         }
-        writeln!(s, "  mamba {}", m.mamba_state_text()).unwrap();
+        writeln!(s, "  cached this step {:?}", m.cached_this_step_sorted()).unwrap();
     }
     s
 }

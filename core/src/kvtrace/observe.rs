@@ -43,17 +43,18 @@ struct Fragment {
 impl Fragment {
     /// Bring the text up to date with the request's tables.
     fn update(&mut self, kv: &KvCacheManager, literal: &str, rid: ReqId) {
-        let stamps = kv.groups.iter().map(|m| m.table_stamped(rid).1);
+        let stamps = (0..kv.groups.len()).map(|g| kv.table_stamped(g, rid).1);
         if self.rid == Some(rid) && stamps.eq(self.stamps.iter().copied()) {
             return;
         }
         self.rid = Some(rid);
         self.stamps.clear();
-        self.stamps.extend(kv.groups.iter().map(|m| m.table_stamped(rid).1));
+        self.stamps
+            .extend((0..kv.groups.len()).map(|g| kv.table_stamped(g, rid).1));
         self.text.clear();
         self.text.push_str(literal);
         self.text.push(':');
-        push_tables(&mut self.text, kv.groups.iter().map(|m| m.table(rid)));
+        push_tables(&mut self.text, kv.tables(rid));
     }
 }
 
