@@ -313,26 +313,38 @@ impl BlockPool {
     /// `get_new_blocks`, appending to `out` (untouched on error).
     pub fn get_new_blocks_into(&mut self, n: usize, out: &mut Vec<u32>) -> Result<(), PoolError> {
         if n > self.free.len() {
-            return Err(PoolError {
-                kind: "ValueError",
-                message: format!("Cannot get {n} free blocks from the pool"),
-            });
+            return Err(Self::cannot_get(n));
         }
         out.reserve(n);
         for _ in 0..n {
             let id = self.free.pop_front().expect("length checked above");
             self.changes.block(id);
-            if self.enable_caching {
-                if self.mutant == Some(ModelMutant::StaleCacheEntry) {
-                    self.set_primary(id, None);
-                } else if self.has_keys(id) && self.evict_cached_block(id) {
-                    self.evictions += 1;
-                }
+            // Most drawn blocks hold no key: nothing to evict.
+            if self.enable_caching && (self.has_keys(id) || self.mutant.is_some()) {
+                self.drop_keys_of_drawn(id);
             }
             self.ref_cnt[id as usize] = 1;
             out.push(id);
         }
         Ok(())
+    }
+
+    #[cold]
+    fn cannot_get(n: usize) -> PoolError {
+        PoolError {
+            kind: "ValueError",
+            message: format!("Cannot get {n} free blocks from the pool"),
+        }
+    }
+
+    /// A drawn block's keys go (lazy eviction), or with the stale-entry mutant only its tag.
+    #[inline(never)]
+    fn drop_keys_of_drawn(&mut self, id: u32) {
+        if self.mutant == Some(ModelMutant::StaleCacheEntry) {
+            self.set_primary(id, None);
+        } else if self.has_keys(id) && self.evict_cached_block(id) {
+            self.evictions += 1;
+        }
     }
 
     /// Whether the block may hold a key (primary or secondary): most drawn blocks hold
@@ -457,15 +469,10 @@ impl BlockPool {
 
     /// `cache_full_blocks` for one block: a block that already has a (shorter,
     /// partial) key loses it first (§1.5 step 4).
+    #[inline]
     pub fn cache_full_block(&mut self, key: BlockKey, id: u32, num_tokens: u64) -> Result<(), PoolError> {
-        if let Some(tag) = self.block_hash(id) {
-            if tag.num_tokens >= num_tokens {
-                return Err(PoolError {
-                    kind: "AssertionError",
-                    message: format!("block {id} already hashed over {} tokens", tag.num_tokens),
-                });
-            }
-            self.evict_cached_block(id);
+        if self.is_hashed(id) {
+            self.unhash_shorter(id, num_tokens)?;
         }
         // The block has no primary now: `insert_block_hash` without its checks for one.
         match self.cached.entry(key) {
@@ -478,7 +485,30 @@ impl BlockPool {
         self.hash_version += 1;
         self.changes.block(id);
         self.changes.key(key);
-        self.set_primary(id, Some(BlockHashTag { key, num_tokens }));
+        if self.changes.is_enabled() {
+            self.log_primary_change(id, Some(BlockHashTag { key, num_tokens }));
+        }
+        // `set_primary(id, Some(..))`, inlined: the block has no primary.
+        let i = id as usize;
+        self.hashed[i / 64] |= 1 << (i % 64);
+        (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
+        self.hash_version += 1;
+        Ok(())
+    }
+
+    /// `cache_full_block` of a block already hashed: its shorter (partial) key goes;
+    /// one as long or longer is vLLM's assertion.
+    #[cold]
+    #[inline(never)]
+    fn unhash_shorter(&mut self, id: u32, num_tokens: u64) -> Result<(), PoolError> {
+        let tag = self.block_hash(id).expect("hashed");
+        if tag.num_tokens >= num_tokens {
+            return Err(PoolError {
+                kind: "AssertionError",
+                message: format!("block {id} already hashed over {} tokens", tag.num_tokens),
+            });
+        }
+        self.evict_cached_block(id);
         Ok(())
     }
 

@@ -266,10 +266,16 @@ impl GroupManager {
         let bs = self.spec.block_size;
         if before < full {
             let reachable = self.reachable_blocks();
-            let scale = (bs / hash_block_size) as usize;
+            // Usually one group, or groups of one block size: no division.
+            let scale = if bs == hash_block_size {
+                1
+            } else {
+                (bs / hash_block_size) as usize
+            };
             let table = st.blocks.as_slice();
             let end = full.min(table.len());
-            for (i, &blk) in table.iter().enumerate().take(end).skip(before) {
+            let new = table.get(before..end).unwrap_or(&[]);
+            for (i, &blk) in (before..).zip(new) {
                 if blk == NULL_BLOCK || reachable.is_some_and(|(per, need)| i % per < per - need) {
                     continue;
                 }
@@ -283,7 +289,7 @@ impl GroupManager {
             }
             st.num_cached = Some(full);
             if matches!(self.spec.kind, GroupKind::Mamba { .. }) {
-                for &blk in &table[before..end] {
+                for &blk in new {
                     if blk != NULL_BLOCK {
                         if let Some(tag) = pool.block_hash(blk) {
                             self.cached_this_step.insert(tag.key);
@@ -383,7 +389,7 @@ impl GroupManager {
     /// the usual outcome: full attention and MLA skip no token, and a window or chunk
     /// whose last skipped block is already null has nothing left to free (freeing
     /// stops at the first null from the right).
-    #[inline]
+    #[inline(always)]
     pub fn remove_skipped_blocks(
         &mut self,
         pool: &mut BlockPool,
