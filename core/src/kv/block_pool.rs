@@ -408,27 +408,38 @@ impl BlockPool {
     /// `free_blocks`: blocks reaching ref 0 go to the front if unhashed (LIFO reuse)
     /// or to the back if hashed (LRU), each list in iteration order (§1.5).
     pub fn free_blocks(&mut self, ordered: impl IntoIterator<Item = u32>) {
-        let (mut first, mut last) = std::mem::take(&mut self.scratch);
+        // The fields, not `self`'s methods: the lists are borrowed from the pool.
+        let BlockPool {
+            scratch: (first, last),
+            ref_cnt,
+            hashed,
+            enable_caching,
+            mutant,
+            changes,
+            free,
+            ..
+        } = self;
+        let leak = *mutant == Some(ModelMutant::LeakOnFree);
         for b in ordered {
             if b == NULL_BLOCK {
                 continue;
             }
-            self.changes.block(b);
-            let r = &mut self.ref_cnt[b as usize];
+            changes.block(b);
+            let r = &mut ref_cnt[b as usize];
             *r = r.saturating_sub(1);
-            if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
-                if !self.is_hashed(b) || !self.enable_caching {
+            if *r == 0 && !leak {
+                let is_hashed = hashed[b as usize / 64] & (1 << (b % 64)) != 0;
+                if !is_hashed || !*enable_caching {
                     first.push(b);
                 } else {
                     last.push(b);
                 }
             }
         }
-        self.free.prepend(&first);
-        self.free.append(&last);
+        free.prepend(first);
+        free.append(last);
         first.clear();
         last.clear();
-        self.scratch = (first, last);
     }
 
     /// Add a reference without touching the queue (copy-on-write retention).

@@ -37,10 +37,16 @@ impl PoolChanges {
         self.enabled
     }
 
+    /// Inlined up to the test: off, as in every replay, it costs a branch.
+    #[inline(always)]
     pub(crate) fn block(&mut self, id: u32) {
-        if !self.enabled {
-            return;
+        if self.enabled {
+            self.log_block(id);
         }
+    }
+
+    #[inline(never)]
+    fn log_block(&mut self, id: u32) {
         let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
         if self.marked[w] & bit == 0 {
             self.marked[w] |= bit;
@@ -48,6 +54,7 @@ impl PoolChanges {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn key(&mut self, key: BlockKey) {
         if self.enabled {
             self.keys.push(key);

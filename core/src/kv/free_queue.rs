@@ -147,6 +147,7 @@ impl FreeQueue {
     }
 
     /// `prepend_n`: `ids[0]` becomes the new front.
+    #[inline]
     pub fn prepend(&mut self, ids: &[u32]) {
         for &id in ids.iter().rev() {
             self.push_front(id);
@@ -154,6 +155,7 @@ impl FreeQueue {
     }
 
     /// `append_n`: links `ids` in order before the tail.
+    #[inline]
     pub fn append(&mut self, ids: &[u32]) {
         for &id in ids {
             self.push_back(id);
