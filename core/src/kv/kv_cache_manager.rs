@@ -264,7 +264,25 @@ impl KvCacheManager {
 
     /// `allocate_slots` writing each group's new blocks into `new_blocks` (whose
     /// lists are reused across calls); `Ok(false)` when vLLM returns `None`.
+    /// Inlined up to the choice of path: nearly every step takes the one without hits,
+    /// a function of its own with a frame and registers sized for it alone.
+    #[inline]
     pub fn allocate_slots_into(
+        &mut self,
+        req: &Request,
+        a: AllocateArgs<'_>,
+        new_blocks: &mut Vec<Vec<u32>>,
+    ) -> Result<bool, PoolError> {
+        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align && a.num_new_tokens > 0 {
+            return self.allocate_without_hits(req, a, new_blocks);
+        }
+        self.allocate_with_hits(req, a, new_blocks)
+    }
+
+    /// `allocate_slots_into` in general (hits offered, the whole sequence to fit, a
+    /// Mamba "align" group, a slip on, or nothing to allocate).
+    #[inline(never)]
+    fn allocate_with_hits(
         &mut self,
         req: &Request,
         a: AllocateArgs<'_>,
@@ -287,9 +305,6 @@ impl KvCacheManager {
         } else {
             0
         };
-        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align {
-            return self.allocate_without_hits(req, a, total_computed, watermark, new_blocks);
-        }
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let cache = self.cacheable((total_computed + a.num_new_tokens).min(req.num_tokens()));
@@ -349,14 +364,20 @@ impl KvCacheManager {
     /// every step. One pass over the groups trims the windows and sums the needs
     /// (`GroupManager::need_without_hits`); when no group needs a block and every
     /// group has a table, no group is asked to allocate (it would return at once).
+    #[inline(never)]
     fn allocate_without_hits(
         &mut self,
         req: &Request,
         a: AllocateArgs<'_>,
-        total_computed: u64,
-        watermark: i64,
         new_blocks: &mut Vec<Vec<u32>>,
     ) -> Result<bool, PoolError> {
+        // `allocate_with_hits`'s steps with no hits: the same values, fewer of them.
+        let total_computed = req.num_computed_tokens.min(self.config.max_model_len);
+        let watermark = if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
+            self.config.watermark_blocks as i64
+        } else {
+            0
+        };
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
