@@ -359,7 +359,12 @@ impl BlockPool {
         self.changes.block(id);
         let mut removed = false;
         if let Some(tag) = self.block_hash(id) {
-            self.set_primary(id, None);
+            if self.changes.is_enabled() {
+                self.log_primary_change(id, None);
+            }
+            // `set_primary(id, None)`, inlined.
+            self.hashed[id as usize / 64] &= !(1 << (id % 64));
+            self.hash_version += 1;
             removed |= self.pop_key(tag.key, id);
         }
         // Secondary keys are rare: an empty map is not probed.
@@ -373,15 +378,18 @@ impl BlockPool {
         removed
     }
 
+    #[inline]
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
         // One probe finds the entry and, when its last block goes, removes it.
         let Entry::Occupied(mut e) = self.cached.entry(key) else {
             return false;
         };
-        if !e.get_mut().remove(id) {
+        // Nearly always the key's only block.
+        if e.get().is_only(id) {
+            e.remove();
+        } else if !e.get_mut().remove(id) {
             return false;
-        }
-        if e.get().is_empty() {
+        } else if e.get().is_empty() {
             e.remove();
         }
         self.changes.key(key);

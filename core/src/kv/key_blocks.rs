@@ -26,6 +26,7 @@ impl KeyBlocks {
     }
 
     /// The blocks, in insertion order.
+    #[inline]
     pub fn as_slice(&self) -> &[u32] {
         match self {
             KeyBlocks::Inline { len, ids } => &ids[..*len as usize],
@@ -34,16 +35,25 @@ impl KeyBlocks {
     }
 
     /// The first inserted (what a lookup returns).
+    #[inline]
     pub fn first(&self) -> u32 {
         self.as_slice()[0]
     }
 
     /// Whether `id` is among them.
+    #[inline]
     pub fn contains(&self, id: u32) -> bool {
         self.as_slice().contains(&id)
     }
 
+    /// Exactly `id` and no other block.
+    #[inline]
+    pub fn is_only(&self, id: u32) -> bool {
+        matches!(self, KeyBlocks::Inline { len: 1, ids } if ids[0] == id)
+    }
+
     /// No block.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }

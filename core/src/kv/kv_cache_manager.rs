@@ -382,6 +382,20 @@ impl KvCacheManager {
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
         let cache = self.cacheable(main.min(req.num_tokens()));
+        let cached_now = cache.filter(|_| !a.delay_cache_blocks);
+        if let Some(states) = self.reqs.get(req.id).filter(|_| super::shortcuts::on()) {
+            let mut groups = self.groups.iter().zip(states);
+            if groups.all(|(m, st)| m.steady(st, req, (processed, need_slot), cached_now)) {
+                // Nothing to trim, allocate or cache: the capacity check's answer is all.
+                let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+                if watermark > available {
+                    return Ok(false);
+                }
+                new_blocks.resize_with(self.groups.len(), Vec::new);
+                new_blocks.iter_mut().for_each(Vec::clear);
+                return Ok(true);
+            }
+        }
         let Self { pool, groups, reqs, .. } = self;
         let (states, log) = reqs.entry(req.id);
         let (mut need, mut all_tables) = (0, true);

@@ -15,6 +15,7 @@ pub mod manager;
 pub mod mutant;
 pub mod req_map;
 pub mod request;
+pub(crate) mod shortcuts;
 pub mod spec;
 #[cfg(test)]
 pub(crate) mod state_text;

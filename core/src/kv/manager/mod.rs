@@ -8,6 +8,7 @@
 mod finders;
 mod mamba;
 mod req_state;
+mod steady;
 
 pub use finders::{empty_lists, find_longest_cache_hit_into};
 pub use req_state::{GroupReq, ReqStates, TableLog};

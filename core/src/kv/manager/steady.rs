@@ -1,0 +1,74 @@
+//! A step that changes nothing in a group. Most `allocate_slots` calls without hits
+//! (a decode step, a prefill chunk inside blocks already held) free no block from a
+//! window, need no new block and make no block newly full: telling that from the
+//! request's entry alone spares the steps that would each find nothing to do.
+
+use super::{GroupManager, GroupReq};
+use crate::kv::block_pool::NULL_BLOCK;
+use crate::kv::request::Request;
+
+impl GroupManager {
+    /// Whether this group's part of `allocate_slots` without hits (trim the window
+    /// after `processed` tokens, grow the table to `need_slot` tokens, register the
+    /// blocks full after `cache`'s tokens) would change nothing, the table present.
+    /// Outside Mamba "align" and slips (the caller's fast path), and with the
+    /// request's hashes up to date. `false` does not mean something changes.
+    #[inline(always)]
+    pub(crate) fn steady(
+        &self,
+        st: &GroupReq,
+        request: &Request,
+        (processed, need_slot): (u64, u64),
+        cache: Option<(u64, u64)>,
+    ) -> bool {
+        debug_assert!(!self.is_mamba_align() && self.slip.is_none());
+        let len = st.blocks.len();
+        if !st.has_table {
+            return false;
+        }
+        let full_attention = self.spec.kind.is_full_attention_spec();
+        // `remove_skipped_blocks`: freeing stops at the first null from the right.
+        if !full_attention {
+            let skipped = self.spec.kind.skipped_tokens(processed as i64);
+            if skipped > 0 {
+                let n = (self.blocks_of(skipped as u64) as usize).min(len);
+                if n > 0 && st.blocks[n - 1] != NULL_BLOCK {
+                    return false;
+                }
+            }
+        }
+        // `need_without_hits` is 0.
+        let required = self.blocks_of(need_slot + self.spec.block_size - 1) as usize;
+        if required > len {
+            let skipped_blocks = if full_attention || st.num_cached.is_some() {
+                0
+            } else {
+                let skipped = self.spec.kind.skipped_tokens(request.num_computed_tokens as i64);
+                skipped.div_euclid(self.spec.block_size as i64).max(0) as usize
+            };
+            if required > skipped_blocks {
+                return false;
+            }
+        }
+        // `cache_blocks` finds no block newly full and no partial tail to register.
+        match cache {
+            None => true,
+            Some((n, hbs)) => {
+                let hashed = request.block_hashes.len() as u64 * hbs;
+                let full = self.blocks_of(n.min(hashed)) as usize;
+                full <= st.num_cached.unwrap_or(0) && !self.caches_partial_tail(hbs)
+            }
+        }
+    }
+
+    /// Whole blocks in `tokens` tokens: a shift for the usual power-of-two sizes.
+    #[inline(always)]
+    fn blocks_of(&self, tokens: u64) -> u64 {
+        let bs = self.spec.block_size;
+        if bs.is_power_of_two() {
+            tokens >> bs.trailing_zeros()
+        } else {
+            tokens / bs
+        }
+    }
+}
