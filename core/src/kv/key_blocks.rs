@@ -111,5 +111,10 @@ mod tests {
         assert!(k.remove(1));
         assert_eq!((k.first(), k.as_slice()), (2, &[2, 3][..]));
         assert!(k.remove(2) && k.remove(3) && k.is_empty());
+        let one = KeyBlocks::one(4);
+        assert!(one.is_only(4) && !one.is_only(5), "one block");
+        let mut two = KeyBlocks::one(4);
+        two.push(5);
+        assert!(!two.is_only(4) && !two.is_only(5), "two blocks");
     }
 }

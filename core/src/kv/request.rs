@@ -173,7 +173,9 @@ impl Request {
         self.tokens.len() as u64
     }
 
-    /// `append_output_token_ids`: extends the tokens and the hash chain.
+    /// `append_output_token_ids`: extends the tokens and the hash chain. Inlined: a
+    /// commit appends one token and nearly always completes no block.
+    #[inline]
     pub fn append_output(&mut self, out: &[u64]) {
         // Nearly every commit appends one decoded token: a push, not a memcpy call.
         match out {
@@ -186,19 +188,25 @@ impl Request {
         }
     }
 
+    #[inline]
     fn update_block_hashes(&mut self) {
         if let Some(hbs) = self.hash_block_size {
             // Most appends (one decoded token) complete no block: nothing to hash.
             if (self.block_hashes.len() as u64 + 1) * hbs > self.tokens.len() as u64 {
                 return;
             }
-            extend_block_hashes(
-                &mut self.block_hashes,
-                &self.tokens,
-                hbs as usize,
-                self.cache_salt.as_deref(),
-            );
+            self.hash_full_blocks(hbs);
         }
+    }
+
+    #[inline(never)]
+    fn hash_full_blocks(&mut self, hbs: u64) {
+        extend_block_hashes(
+            &mut self.block_hashes,
+            &self.tokens,
+            hbs as usize,
+            self.cache_salt.as_deref(),
+        );
     }
 }
 

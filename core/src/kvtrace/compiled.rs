@@ -128,8 +128,8 @@ impl CompiledTrace {
 mod tests {
     use super::{compile, CompiledTrace, ReplayStorage};
     use crate::kv::state_text::model_state;
-    use crate::kv::KvCacheManager;
-    use crate::kvtrace::compile::OpData;
+    use crate::kv::{shortcuts, KvCacheManager};
+    use crate::kvtrace::compile::{Op, OpData};
     use crate::kvtrace::exec::{OpError, Outcome, Replayer};
     use crate::kvtrace::gen::generate;
     use crate::kvtrace::live::Live;
@@ -173,38 +173,71 @@ mod tests {
         format!("{req:?} {:?}", l.uncommitted)
     }
 
-    #[test]
-    fn a_quiet_replay_changes_the_model_like_an_observed_one() {
+    /// How a replayer under comparison runs: quietly or observed, and whether the model
+    /// may take its shortcuts (`kv::shortcuts`).
+    #[derive(Clone, Copy)]
+    struct Mode {
+        quiet: bool,
+        shortcuts: bool,
+    }
+
+    fn apply(r: &mut Replayer, mode: Mode, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        if mode.shortcuts {
+            r.apply(data, op)
+        } else {
+            shortcuts::without(|| r.apply(data, op))
+        }
+    }
+
+    /// Replay every test trace through a replayer in each mode (`b` in reused storage)
+    /// and assert the same outcome and the same whole state after every op.
+    fn assert_modes_agree(a_mode: Mode, b_mode: Mode) {
         let mut storage = ReplayStorage::default();
         let (mut traces, mut ops) = (0, 0);
         for (i, t) in test_traces().iter().enumerate() {
             let Ok(cfg) = &t.config else { continue };
-            let mut observed = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
-            let quiet = storage.replayer(cfg);
-            quiet.quiet();
+            let mut a = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
+            let b = storage.replayer(cfg);
+            for (r, mode) in [(&mut a, a_mode), (&mut *b, b_mode)] {
+                if mode.quiet {
+                    r.quiet();
+                }
+            }
             for (k, &op) in t.ops.iter().enumerate() {
-                let (a, b) = (observed.apply(&t.data, op), quiet.apply(&t.data, op));
+                let (x, y) = (apply(&mut a, a_mode, &t.data, op), apply(b, b_mode, &t.data, op));
                 let message = |r: &Result<Outcome, OpError>| match r {
                     Ok(o) => format!("{o:?}"),
                     Err(OpError::Invalid(m)) => m.clone(),
                     Err(OpError::Model(e)) => e.to_string(),
                 };
-                assert_eq!(message(&a), message(&b), "trace {i} op {k}");
-                assert_eq!(model_state(quiet.kv()), model_state(observed.kv()), "trace {i} op {k}");
-                assert_eq!(quiet.new_blocks, observed.new_blocks, "trace {i} op {k}");
-                assert_eq!(quiet.pending, observed.pending, "trace {i} op {k}");
+                assert_eq!(message(&x), message(&y), "trace {i} op {k}");
+                assert_eq!(model_state(b.kv()), model_state(a.kv()), "trace {i} op {k}");
+                assert_eq!(b.new_blocks, a.new_blocks, "trace {i} op {k}");
+                assert_eq!(b.pending(), a.pending(), "trace {i} op {k}");
                 for id in 0..t.data.ids.count() as u32 {
-                    let (q, o) = (quiet.get(id), observed.get(id));
+                    let (q, o) = (b.get(id), a.get(id));
                     assert_eq!(q.map(request_text), o.map(request_text), "trace {i} op {k} id {id}");
                 }
                 ops += 1;
-                if a.is_err() {
+                if x.is_err() {
                     break;
                 }
             }
             traces += 1;
         }
         assert!(traces > 190 && ops > 30_000, "{traces} traces, {ops} ops");
+    }
+
+    #[test]
+    fn a_quiet_replay_changes_the_model_like_an_observed_one() {
+        let on = |quiet| Mode { quiet, shortcuts: true };
+        assert_modes_agree(on(false), on(true));
+    }
+
+    #[test]
+    fn the_models_shortcuts_change_it_like_the_steps_they_skip() {
+        let quiet = |shortcuts| Mode { quiet: true, shortcuts };
+        assert_modes_agree(quiet(false), quiet(true));
     }
 
     #[test]

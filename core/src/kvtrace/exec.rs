@@ -29,7 +29,7 @@ impl From<PoolError> for OpError {
 }
 
 /// What a successful op returned; the observer renders it (`Lookup` from
-/// `pending`, `Alloc` from `new_blocks`).
+/// `pending()`, `Alloc` from `new_blocks`).
 #[derive(Clone, Copy, Debug)]
 pub enum Outcome {
     Null,
@@ -52,11 +52,11 @@ pub struct Replayer {
     /// Everything must be rendered afresh (a new replay, or the model was handed out).
     stale: bool,
     next_rid: u32,
-    /// The last lookup; only the very next op may consume it.
-    pub pending: Option<(u32, ComputedBlocks)>,
-    /// A consumed lookup kept for its block lists: the next lookup fills them
-    /// instead of allocating new ones.
-    spare_hit: ComputedBlocks,
+    /// The request whose lookup (`hit`) only the very next op may consume.
+    pending: Option<u32>,
+    /// The last lookup's result, kept after it is consumed: the next lookup fills its
+    /// block lists instead of allocating new ones, and nothing is moved.
+    hit: ComputedBlocks,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
     /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
@@ -96,7 +96,7 @@ impl Replayer {
             stale: true,
             next_rid: 0,
             pending: None,
-            spare_hit: ComputedBlocks::default(),
+            hit: ComputedBlocks::default(),
             new_blocks: Vec::new(),
             fixed_point_reasks: 0,
         }
@@ -156,6 +156,11 @@ impl Replayer {
         })
     }
 
+    /// The lookup the next op may consume: its request and result.
+    pub fn pending(&self) -> Option<(u32, &ComputedBlocks)> {
+        self.pending.map(|id| (id, &self.hit))
+    }
+
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
         self.apply_inline(data, op)
@@ -165,26 +170,13 @@ impl Replayer {
     /// register saves are then paid once per replay instead of once per op.
     #[inline(always)]
     pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
-        // Most ops follow no lookup: nothing to consume, nothing to move.
-        if self.pending.is_none() {
-            return self.apply_with(data, op, None);
-        }
         let lookup = self.pending.take();
-        let outcome = self.apply_with(data, op, lookup.as_ref());
-        if let Some((_, hit)) = lookup {
-            self.spare_hit = hit;
-        }
-        outcome
+        self.apply_with(data, op, lookup)
     }
 
-    /// `apply`, with the lookup it consumes.
+    /// `apply`, with the request whose lookup (`hit`) it consumes.
     #[inline(always)]
-    fn apply_with(
-        &mut self,
-        data: &OpData,
-        op: Op,
-        lookup: Option<&(u32, ComputedBlocks)>,
-    ) -> Result<Outcome, OpError> {
+    fn apply_with(&mut self, data: &OpData, op: Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
         match op {
             Op::NotObject => Err("an op must be an object".into()),
             Op::MissingName => Err("missing op name".into()),
@@ -294,29 +286,24 @@ impl Replayer {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
         l.req.hash_pending();
-        let mut hit = std::mem::take(&mut self.spare_hit);
-        self.kv.get_computed_blocks_into(&l.req, &mut hit);
+        let hit = &mut self.hit;
+        self.kv.get_computed_blocks_into(&l.req, hit);
         l.req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
-        self.pending = Some((id, hit));
+        self.pending = Some(id);
         Ok(Outcome::Lookup)
     }
 
     // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
     // one call's register saves, not two.
     #[inline(always)]
-    fn allocate_slots(
-        &mut self,
-        data: &OpData,
-        a: Alloc,
-        lookup: Option<&(u32, ComputedBlocks)>,
-    ) -> Result<Outcome, OpError> {
+    fn allocate_slots(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
         let l = live_mut(&mut self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
         }
         let hits = match lookup {
-            Some((lid, hit)) if a.use_computed && *lid == a.id => Some(hit),
+            Some(lid) if a.use_computed && lid == a.id => Some(&self.hit),
             _ => None,
         };
         let hit_tokens = hits.map_or(0, |h| h.num_computed_tokens);

@@ -136,7 +136,7 @@ fn push_result(out: &mut String, r: &Replayer, end: Ending) {
         Ending::Error { .. } | Ending::Ok(Outcome::Null) => out.push_str("null"),
         Ending::Ok(Outcome::Bool(b)) => out.push_str(if b { "true" } else { "false" }),
         Ending::Ok(Outcome::Lookup) => {
-            let (_, hit) = r.pending.as_ref().expect("a lookup leaves its result pending");
+            let (_, hit) = r.pending().expect("a lookup leaves its result pending");
             out.push_str("{\"block_ids\":");
             push_tables(out, hit.blocks.iter().map(Vec::as_slice));
             out.push_str(",\"num_computed_tokens\":");

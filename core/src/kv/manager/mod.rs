@@ -485,9 +485,13 @@ impl GroupManager {
         step
     }
 
-    /// `new_step_starts`: Mamba forgets which states were cached this step.
+    /// `new_step_starts`: Mamba forgets which states were cached this step (other
+    /// kinds never note any: nothing to clear).
+    #[inline]
     pub fn new_step_starts(&mut self) {
-        self.cached_this_step.clear();
+        if !self.cached_this_step.is_empty() {
+            self.cached_this_step.clear();
+        }
     }
 }
 
