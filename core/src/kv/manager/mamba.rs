@@ -25,6 +25,7 @@ impl GroupManager {
         new + Self::evictable(pool, hits)
     }
 
+    #[inline(never)]
     pub(super) fn mamba_allocate_new_blocks(
         &mut self,
         pool: &mut BlockPool,

@@ -197,7 +197,8 @@ impl GroupManager {
     }
 
     /// `allocate_new_blocks`: grow the table to cover `num_tokens` slots, appending
-    /// the returned blocks to `out`.
+    /// the returned blocks to `out`. Inlined into the loop over the groups.
+    #[inline(always)]
     pub fn allocate_new_blocks_into(
         &mut self,
         pool: &mut BlockPool,
