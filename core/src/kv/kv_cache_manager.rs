@@ -273,13 +273,12 @@ impl KvCacheManager {
         a: AllocateArgs<'_>,
         new_blocks: &mut Vec<Vec<u32>>,
     ) -> Result<bool, PoolError> {
-        if a.hits.is_none()
-            && !a.full_sequence_must_fit
-            && self.slip.is_none()
-            && !self.mamba_align
-            && a.num_new_tokens > 0
-        {
-            return self.allocate_without_hits(req, a, new_blocks);
+        // A lookup that found nothing is no hit: the general path would take the same steps.
+        let no_hits = a.hits.is_none_or(|h| h.num_computed_tokens == 0 && h.is_empty());
+        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && a.num_new_tokens > 0 {
+            if !self.mamba_align {
+                return self.allocate_without_hits(req, a, new_blocks);
+            }
         }
         self.allocate_with_hits(req, a, new_blocks)
     }

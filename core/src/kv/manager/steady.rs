@@ -10,9 +10,9 @@ use crate::kv::request::Request;
 impl GroupManager {
     /// Whether this group's part of `allocate_slots` without hits (trim the window
     /// after `processed` tokens, grow the table to `need_slot` tokens, register the
-    /// blocks full after `cache`'s tokens) would change nothing, the table present.
-    /// Outside Mamba "align" and slips (the caller's fast path), and with the
-    /// request's hashes up to date. `false` does not mean something changes.
+    /// blocks full after `cache`'s tokens) would change nothing, its need 0 and the
+    /// table covering `need_slot` already. Outside Mamba "align" and slips, and with
+    /// the request's hashes up to date. `false` does not mean something changes.
     #[inline(always)]
     pub(crate) fn steady(
         &self,
@@ -37,20 +37,18 @@ impl GroupManager {
                 }
             }
         }
-        // `need_without_hits` is 0.
+        // `allocate_new_blocks` finds the table long enough (so the need is 0).
         let required = self.blocks_of(need_slot + self.spec.block_size - 1) as usize;
         if required > len {
-            let skipped_blocks = if full_attention || st.num_cached.is_some() {
-                0
-            } else {
-                let skipped = self.spec.kind.skipped_tokens(request.num_computed_tokens as i64);
-                skipped.div_euclid(self.spec.block_size as i64).max(0) as usize
-            };
-            if required > skipped_blocks {
-                return false;
-            }
+            return false;
         }
-        // `cache_blocks` finds no block newly full and no partial tail to register.
+        self.caches_nothing_new(st, request, cache)
+    }
+
+    /// `cache_blocks` after `cache`'s tokens finds no block newly full and no partial
+    /// tail to register (`None`: the step caches nothing).
+    #[inline(always)]
+    fn caches_nothing_new(&self, st: &GroupReq, request: &Request, cache: Option<(u64, u64)>) -> bool {
         match cache {
             None => true,
             Some((n, hbs)) => {
