@@ -130,10 +130,12 @@ impl BlockPool {
             v.resize(n, T::default());
         }
         zeroed(&mut self.ref_cnt, n);
-        zeroed(&mut self.primary_hash, n);
-        zeroed(&mut self.primary_group, n);
-        zeroed(&mut self.primary_tokens, n);
         zeroed(&mut self.hashed, n.div_ceil(64));
+        // Read only where a block's `hashed` bit is set, as after an eviction: what an
+        // earlier model left in them is never seen.
+        self.primary_hash.resize(n, 0);
+        self.primary_group.resize(n, 0);
+        self.primary_tokens.resize(n, 0);
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;

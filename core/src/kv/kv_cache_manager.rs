@@ -153,6 +153,13 @@ impl KvCacheManager {
     /// trace's model without allocating. `Err` (self unchanged) when vLLM would refuse it.
     pub fn reset_to(&mut self, config: &KvConfig) -> Result<(), ConfigError> {
         config.validate()?;
+        self.reset_to_valid(config);
+        Ok(())
+    }
+
+    /// `reset_to` a config already validated (a compiled trace's, checked when it was read).
+    pub fn reset_to_valid(&mut self, config: &KvConfig) {
+        debug_assert!(config.validate().is_ok());
         let kind = config.coordinator();
         self.coordinator = Coordinator::new(
             kind,
@@ -185,7 +192,6 @@ impl KvCacheManager {
         self.config.clone_from(config);
         self.slip = None;
         self.mamba_align = any_mamba_align(&self.groups);
-        Ok(())
     }
 
     /// The coordinator's kind.

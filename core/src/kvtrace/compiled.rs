@@ -21,7 +21,7 @@ impl ReplayStorage {
     fn replayer(&mut self, cfg: &KvConfig) -> &mut Replayer {
         match &mut self.0 {
             Some(r) => {
-                r.reset_to(cfg).expect("validated by parse_config");
+                r.reset_to(cfg);
                 r
             }
             none => none.insert(Replayer::new(

@@ -3,7 +3,7 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots};
-use crate::kv::{AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, RequestStatus};
+use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
     Invalid(String),
@@ -102,10 +102,11 @@ impl Replayer {
         }
     }
 
-    /// Become `Replayer::new(KvCacheManager::new(cfg.clone())?)`, reusing this
-    /// replayer's storage (the model's, and the freed requests' token and hash buffers).
-    pub fn reset_to(&mut self, cfg: &KvConfig) -> Result<(), ConfigError> {
-        self.kv.reset_to(cfg)?;
+    /// Become `Replayer::new(KvCacheManager::new(cfg.clone())?)` for a config already
+    /// validated, reusing this replayer's storage (the model's, and the freed requests'
+    /// token and hash buffers).
+    pub fn reset_to(&mut self, cfg: &KvConfig) {
+        self.kv.reset_to_valid(cfg);
         self.slots.reset();
         self.order.clear();
         self.quiet = false;
@@ -115,7 +116,6 @@ impl Replayer {
         self.pending = None;
         self.new_blocks.clear();
         self.fixed_point_reasks = 0;
-        Ok(())
     }
 
     pub fn kv(&self) -> &KvCacheManager {
