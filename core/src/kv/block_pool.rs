@@ -294,7 +294,14 @@ impl BlockPool {
         self.get_cached_block_into(hash, groups, &mut out).then_some(out)
     }
 
+    /// The block a lookup of `key` returns (the first cached under it), if any.
+    #[inline]
+    pub fn cached_block(&self, key: &BlockKey) -> Option<u32> {
+        self.cached.get(key).map(KeyBlocks::first)
+    }
+
     /// `get_cached_block` into `out` (one slot per group); false if any group misses.
+    #[inline]
     pub fn get_cached_block_into(&self, hash: u128, groups: &[u32], out: &mut [u32]) -> bool {
         for (&group, slot) in groups.iter().zip(out) {
             match self.cached.get(&BlockKey { hash, group }) {
