@@ -125,12 +125,32 @@ fn put_tokens(dst: &mut [u8], tokens: &[u64]) {
 /// Extend `hashes` with every newly complete `block_size` chunk of `tokens` (§2.5).
 pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_size: usize, salt: Option<&str>) {
     let salt = salt.filter(|s| !s.is_empty());
-    hashes.reserve((tokens.len() / block_size).saturating_sub(hashes.len()));
-    while (hashes.len() + 1) * block_size <= tokens.len() {
-        let start = hashes.len() * block_size;
-        let parent = hashes.last().copied();
-        let first_salt = if start == 0 { salt } else { None };
-        hashes.push(hash_block(parent, &tokens[start..start + block_size], first_salt));
+    let done = hashes.len();
+    if (done + 1) * block_size > tokens.len() {
+        return;
+    }
+    hashes.reserve(tokens.len() / block_size - done);
+    let mut parent = hashes.last().copied();
+    let mut blocks = tokens[done * block_size..].chunks_exact(block_size);
+    if done == 0 && salt.is_some() {
+        // Only the first block carries the salt.
+        let first = blocks.next().expect("one full block at least");
+        parent = Some(hash_block(None, first, salt));
+        hashes.push(parent.expect("just hashed"));
+    }
+    // The chain of the usual block sizes, each hash as `hash_block` makes it unsalted.
+    let mut chain = |hash: fn(Option<BlockHash>, &[u64]) -> BlockHash| {
+        for block in blocks.by_ref() {
+            let h = hash(parent, block);
+            hashes.push(h);
+            parent = Some(h);
+        }
+    };
+    match block_size {
+        4 => chain(hash_unsalted::<4, 57>),
+        8 => chain(hash_unsalted::<8, 89>),
+        16 => chain(hash_unsalted::<16, 153>),
+        _ => chain(|p, block| hash_block(p, block, None)),
     }
 }
 
@@ -241,6 +261,27 @@ mod tests {
             a.write_u8(i);
             b.write(&[i]);
             assert_eq!(a.finish(), b.finish(), "{i}");
+        }
+    }
+
+    #[test]
+    fn the_chain_is_each_block_streamed_on_its_parent_in_any_number_of_extensions() {
+        let toks: Vec<u64> = (0..70u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7).collect();
+        for bs in 1..=17 {
+            for salt in [None, Some("s")] {
+                let mut want: Vec<BlockHash> = Vec::new();
+                for (i, block) in toks.chunks_exact(bs).enumerate() {
+                    let first_salt = if i == 0 { salt } else { None };
+                    want.push(streamed(want.last().copied(), block, first_salt));
+                }
+                for step in [1, 3, 70] {
+                    let mut got = Vec::new();
+                    for end in (0..=toks.len()).step_by(step).chain([toks.len()]) {
+                        extend_block_hashes(&mut got, &toks[..end], bs, salt);
+                        assert_eq!(got, want[..end / bs], "bs {bs} salt {salt:?} up to {end}");
+                    }
+                }
+            }
         }
     }
 
