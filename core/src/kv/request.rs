@@ -147,7 +147,6 @@ impl Request {
         tokens.reserve(room);
         tokens.extend_from_slice(prompt);
         block_hashes.clear();
-        block_hashes.reserve(hash_block_size.map_or(0, |b| tokens.capacity() / b.max(1) as usize));
         *my_id = id;
         *num_prompt_tokens = prompt.len() as u64;
         (*num_computed_tokens, *num_in_flight_tokens, *num_output_placeholders) = (0, 0, 0);
@@ -163,9 +162,17 @@ impl Request {
     #[inline]
     pub fn hash_pending(&mut self) {
         if self.hashes_pending {
-            self.hashes_pending = false;
-            self.update_block_hashes();
+            self.hash_now();
         }
+    }
+
+    #[inline(never)]
+    fn hash_now(&mut self) {
+        self.hashes_pending = false;
+        // Room for every hash the tokens' capacity can reach (no regrowth as outputs come).
+        let room = self.hash_block_size.map_or(0, |b| self.tokens.capacity() / b.max(1) as usize);
+        self.block_hashes.reserve(room);
+        self.update_block_hashes();
     }
 
     /// Prompt and output tokens.
