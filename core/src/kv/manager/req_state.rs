@@ -137,9 +137,10 @@ impl ReqStates {
         self.map.remove(&req)
     }
 
-    /// Keep a removed request's entries for the next request, emptied.
-    pub fn recycle(&mut self, mut s: Vec<GroupReq>) {
-        s.iter_mut().for_each(GroupReq::forget);
+    /// Keep a removed request's entries for the next request, every one of them
+    /// already forgotten (`GroupReq::forget`).
+    pub fn recycle(&mut self, s: Vec<GroupReq>) {
+        debug_assert!(s.iter().all(|g| g.table().is_none() && g.num_cached.is_none()));
         self.spare.push(s);
     }
 
