@@ -281,10 +281,8 @@ impl KvCacheManager {
     ) -> Result<bool, PoolError> {
         // A lookup that found nothing is no hit: the general path would take the same steps.
         let no_hits = a.hits.is_none_or(|h| h.num_computed_tokens == 0 && h.is_empty());
-        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && a.num_new_tokens > 0 {
-            if !self.mamba_align {
-                return self.allocate_without_hits(req, a, new_blocks);
-            }
+        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align && a.num_new_tokens > 0 {
+            return self.allocate_without_hits(req, a, new_blocks);
         }
         self.allocate_with_hits(req, a, new_blocks)
     }

@@ -170,7 +170,9 @@ impl Request {
     fn hash_now(&mut self) {
         self.hashes_pending = false;
         // Room for every hash the tokens' capacity can reach (no regrowth as outputs come).
-        let room = self.hash_block_size.map_or(0, |b| self.tokens.capacity() / b.max(1) as usize);
+        let room = self
+            .hash_block_size
+            .map_or(0, |b| self.tokens.capacity() / b.max(1) as usize);
         self.block_hashes.reserve(room);
         self.update_block_hashes();
     }
