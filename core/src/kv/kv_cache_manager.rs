@@ -281,7 +281,7 @@ impl KvCacheManager {
     ) -> Result<bool, PoolError> {
         // A lookup that found nothing is no hit: the general path would take the same steps.
         let no_hits = a.hits.is_none_or(|h| h.num_computed_tokens == 0 && h.is_empty());
-        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align && a.num_new_tokens > 0 {
+        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && a.num_new_tokens > 0 {
             return self.allocate_without_hits(req, a, new_blocks);
         }
         self.allocate_with_hits(req, a, new_blocks)
@@ -392,11 +392,10 @@ impl KvCacheManager {
         let cache = self.cacheable(main.min(req.num_tokens()));
         let cached_now = cache.filter(|_| !a.delay_cache_blocks);
         if let Some(states) = self.reqs.get(req.id).filter(|_| super::shortcuts::on()) {
-            let mut groups = self.groups.iter().zip(states);
-            if groups.all(|(m, st)| m.steady(st, req, (processed, need_slot), cached_now)) {
+            if let Some(need) = steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now) {
                 // Nothing to trim, allocate or cache: the capacity check's answer is all.
                 let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
-                if watermark > available {
+                if need + watermark > available {
                     return Ok(false);
                 }
                 new_blocks.resize_with(self.groups.len(), Vec::new);
@@ -404,6 +403,7 @@ impl KvCacheManager {
                 return Ok(true);
             }
         }
+        let mamba_align = self.mamba_align;
         let Self { pool, groups, reqs, .. } = self;
         let (states, log) = reqs.entry(req.id);
         let (mut need, mut all_tables) = (0, true);
@@ -411,7 +411,13 @@ impl KvCacheManager {
             // Trimming nulls table entries but keeps each table's length, and a group's
             // need reads only its own table: the same as trimming every group first.
             m.remove_skipped_blocks(pool, (req.id, &mut *st, &mut *log), processed);
-            let (n, has_table) = m.need_without_hits(st, need_slot, req.num_computed_tokens);
+            let (n, has_table) = if m.is_mamba_align() {
+                // Its own rules (may be negative); no hits, so no sentinel, nothing evictable.
+                let n = m.num_blocks_to_allocate(pool, st, need_slot, &[], req.num_computed_tokens, main, false);
+                (n, st.has_table)
+            } else {
+                m.need_without_hits(st, need_slot, req.num_computed_tokens)
+            };
             need += n;
             all_tables &= has_table;
         }
@@ -419,7 +425,8 @@ impl KvCacheManager {
         if need + watermark > available {
             return Ok(false);
         }
-        if need > 0 || !all_tables {
+        // A Mamba "align" group notes every allocation: the groups are always asked then.
+        if need > 0 || !all_tables || mamba_align {
             allocate_groups(groups, pool, (req.id, states, log), need_slot, main, new_blocks)?;
         } else {
             new_blocks.resize_with(groups.len(), Vec::new);
@@ -638,6 +645,27 @@ impl KvCacheManager {
             (st.allocated, st.last_state_idx, st.num_retired)
         })
     }
+}
+
+/// The groups' summed need when none of them would change in `allocate_without_hits`
+/// (`GroupManager::steady`, `steady_align`); `None` when one might.
+#[inline(always)]
+fn steady_need(
+    groups: &[GroupManager],
+    states: &[GroupReq],
+    req: &Request,
+    (processed, need_slot, main): (u64, u64, u64),
+    cache: Option<(u64, u64)>,
+) -> Option<i64> {
+    let mut need = 0;
+    for (m, st) in groups.iter().zip(states) {
+        if m.is_mamba_align() {
+            need += m.steady_align(st, req, (processed, main), cache)?;
+        } else if !m.steady(st, req, (processed, need_slot), cache) {
+            return None;
+        }
+    }
+    Some(need)
 }
 
 /// `get_num_blocks_to_allocate` summed over the groups (`states`: the request's entries).
