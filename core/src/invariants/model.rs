@@ -26,10 +26,10 @@ fn check_ref_counts(kv: &KvCacheManager, retained: &[u32], out: &mut Vec<Violati
     // The table (numbered from 1) that last counted each block, to spot a block twice in one.
     let mut last_seen = vec![0u32; kv.pool.num_blocks() as usize];
     let mut table = 0u32;
-    for m in &kv.groups {
-        for req in m.request_ids() {
+    for (g, m) in kv.groups.iter().enumerate() {
+        for req in kv.request_ids(g) {
             table += 1;
-            for &b in m.table(req).iter().filter(|&&b| b != NULL_BLOCK) {
+            for &b in kv.table(g, req).iter().filter(|&&b| b != NULL_BLOCK) {
                 if last_seen[b as usize] == table {
                     out.push(Violation {
                         id: InvariantId::KvRef,

@@ -75,9 +75,9 @@ impl ModelWatch {
     fn resync(&mut self, kv: &KvCacheManager, retained: &[u32]) {
         self.holders.iter_mut().for_each(|h| *h = 0);
         self.tables.clear();
-        for m in &kv.groups {
-            for req in m.request_ids() {
-                let t = m.table(req);
+        for (g, m) in kv.groups.iter().enumerate() {
+            for req in kv.request_ids(g) {
+                let t = kv.table(g, req);
                 for &b in t.iter().filter(|&&b| b != NULL_BLOCK) {
                     self.holders[b as usize] += 1;
                 }
@@ -161,7 +161,7 @@ impl ModelWatch {
     /// Bring one table's snapshot up to date, moving holder counts for the entries that
     /// changed; false if the new table holds a block twice (or the counts went wrong).
     fn diff_table(&mut self, kv: &KvCacheManager, g: u32, req: ReqId) -> bool {
-        let now = kv.groups[g as usize].table(req);
+        let now = kv.table(g as usize, req);
         let mut old = self.tables.remove(&(g, req)).unwrap_or_default();
         let mut changed = false;
         for i in 0..old.len().max(now.len()) {

@@ -130,10 +130,12 @@ impl BlockPool {
             v.resize(n, T::default());
         }
         zeroed(&mut self.ref_cnt, n);
-        zeroed(&mut self.primary_hash, n);
-        zeroed(&mut self.primary_group, n);
-        zeroed(&mut self.primary_tokens, n);
         zeroed(&mut self.hashed, n.div_ceil(64));
+        // Read only where a block's `hashed` bit is set, as after an eviction: what an
+        // earlier model left in them is never seen.
+        self.primary_hash.resize(n, 0);
+        self.primary_group.resize(n, 0);
+        self.primary_tokens.resize(n, 0);
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;
@@ -292,7 +294,14 @@ impl BlockPool {
         self.get_cached_block_into(hash, groups, &mut out).then_some(out)
     }
 
+    /// The block a lookup of `key` returns (the first cached under it), if any.
+    #[inline]
+    pub fn cached_block(&self, key: &BlockKey) -> Option<u32> {
+        self.cached.get(key).map(KeyBlocks::first)
+    }
+
     /// `get_cached_block` into `out` (one slot per group); false if any group misses.
+    #[inline]
     pub fn get_cached_block_into(&self, hash: u128, groups: &[u32], out: &mut [u32]) -> bool {
         for (&group, slot) in groups.iter().zip(out) {
             match self.cached.get(&BlockKey { hash, group }) {
@@ -313,26 +322,38 @@ impl BlockPool {
     /// `get_new_blocks`, appending to `out` (untouched on error).
     pub fn get_new_blocks_into(&mut self, n: usize, out: &mut Vec<u32>) -> Result<(), PoolError> {
         if n > self.free.len() {
-            return Err(PoolError {
-                kind: "ValueError",
-                message: format!("Cannot get {n} free blocks from the pool"),
-            });
+            return Err(Self::cannot_get(n));
         }
         out.reserve(n);
         for _ in 0..n {
             let id = self.free.pop_front().expect("length checked above");
             self.changes.block(id);
-            if self.enable_caching {
-                if self.mutant == Some(ModelMutant::StaleCacheEntry) {
-                    self.set_primary(id, None);
-                } else if self.has_keys(id) && self.evict_cached_block(id) {
-                    self.evictions += 1;
-                }
+            // Most drawn blocks hold no key: nothing to evict.
+            if self.enable_caching && (self.has_keys(id) || self.mutant.is_some()) {
+                self.drop_keys_of_drawn(id);
             }
             self.ref_cnt[id as usize] = 1;
             out.push(id);
         }
         Ok(())
+    }
+
+    #[cold]
+    fn cannot_get(n: usize) -> PoolError {
+        PoolError {
+            kind: "ValueError",
+            message: format!("Cannot get {n} free blocks from the pool"),
+        }
+    }
+
+    /// A drawn block's keys go (lazy eviction), or with the stale-entry mutant only its tag.
+    #[inline(never)]
+    fn drop_keys_of_drawn(&mut self, id: u32) {
+        if self.mutant == Some(ModelMutant::StaleCacheEntry) {
+            self.set_primary(id, None);
+        } else if self.has_keys(id) && self.evict_cached_block(id) {
+            self.evictions += 1;
+        }
     }
 
     /// Whether the block may hold a key (primary or secondary): most drawn blocks hold
@@ -347,7 +368,12 @@ impl BlockPool {
         self.changes.block(id);
         let mut removed = false;
         if let Some(tag) = self.block_hash(id) {
-            self.set_primary(id, None);
+            if self.changes.is_enabled() {
+                self.log_primary_change(id, None);
+            }
+            // `set_primary(id, None)`, inlined.
+            self.hashed[id as usize / 64] &= !(1 << (id % 64));
+            self.hash_version += 1;
             removed |= self.pop_key(tag.key, id);
         }
         // Secondary keys are rare: an empty map is not probed.
@@ -361,15 +387,18 @@ impl BlockPool {
         removed
     }
 
+    #[inline]
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
         // One probe finds the entry and, when its last block goes, removes it.
         let Entry::Occupied(mut e) = self.cached.entry(key) else {
             return false;
         };
-        if !e.get_mut().remove(id) {
+        // Nearly always the key's only block.
+        if e.get().is_only(id) {
+            e.remove();
+        } else if !e.get_mut().remove(id) {
             return false;
-        }
-        if e.get().is_empty() {
+        } else if e.get().is_empty() {
             e.remove();
         }
         self.changes.key(key);
@@ -396,27 +425,38 @@ impl BlockPool {
     /// `free_blocks`: blocks reaching ref 0 go to the front if unhashed (LIFO reuse)
     /// or to the back if hashed (LRU), each list in iteration order (§1.5).
     pub fn free_blocks(&mut self, ordered: impl IntoIterator<Item = u32>) {
-        let (mut first, mut last) = std::mem::take(&mut self.scratch);
+        // The fields, not `self`'s methods: the lists are borrowed from the pool.
+        let BlockPool {
+            scratch: (first, last),
+            ref_cnt,
+            hashed,
+            enable_caching,
+            mutant,
+            changes,
+            free,
+            ..
+        } = self;
+        let leak = *mutant == Some(ModelMutant::LeakOnFree);
         for b in ordered {
             if b == NULL_BLOCK {
                 continue;
             }
-            self.changes.block(b);
-            let r = &mut self.ref_cnt[b as usize];
+            changes.block(b);
+            let r = &mut ref_cnt[b as usize];
             *r = r.saturating_sub(1);
-            if *r == 0 && self.mutant != Some(ModelMutant::LeakOnFree) {
-                if !self.is_hashed(b) || !self.enable_caching {
+            if *r == 0 && !leak {
+                let is_hashed = hashed[b as usize / 64] & (1 << (b % 64)) != 0;
+                if !is_hashed || !*enable_caching {
                     first.push(b);
                 } else {
                     last.push(b);
                 }
             }
         }
-        self.free.prepend(&first);
-        self.free.append(&last);
+        free.prepend(first);
+        free.append(last);
         first.clear();
         last.clear();
-        self.scratch = (first, last);
     }
 
     /// Add a reference without touching the queue (copy-on-write retention).
@@ -457,15 +497,10 @@ impl BlockPool {
 
     /// `cache_full_blocks` for one block: a block that already has a (shorter,
     /// partial) key loses it first (§1.5 step 4).
+    #[inline]
     pub fn cache_full_block(&mut self, key: BlockKey, id: u32, num_tokens: u64) -> Result<(), PoolError> {
-        if let Some(tag) = self.block_hash(id) {
-            if tag.num_tokens >= num_tokens {
-                return Err(PoolError {
-                    kind: "AssertionError",
-                    message: format!("block {id} already hashed over {} tokens", tag.num_tokens),
-                });
-            }
-            self.evict_cached_block(id);
+        if self.is_hashed(id) {
+            self.unhash_shorter(id, num_tokens)?;
         }
         // The block has no primary now: `insert_block_hash` without its checks for one.
         match self.cached.entry(key) {
@@ -478,7 +513,30 @@ impl BlockPool {
         self.hash_version += 1;
         self.changes.block(id);
         self.changes.key(key);
-        self.set_primary(id, Some(BlockHashTag { key, num_tokens }));
+        if self.changes.is_enabled() {
+            self.log_primary_change(id, Some(BlockHashTag { key, num_tokens }));
+        }
+        // `set_primary(id, Some(..))`, inlined: the block has no primary.
+        let i = id as usize;
+        self.hashed[i / 64] |= 1 << (i % 64);
+        (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
+        self.hash_version += 1;
+        Ok(())
+    }
+
+    /// `cache_full_block` of a block already hashed: its shorter (partial) key goes;
+    /// one as long or longer is vLLM's assertion.
+    #[cold]
+    #[inline(never)]
+    fn unhash_shorter(&mut self, id: u32, num_tokens: u64) -> Result<(), PoolError> {
+        let tag = self.block_hash(id).expect("hashed");
+        if tag.num_tokens >= num_tokens {
+            return Err(PoolError {
+                kind: "AssertionError",
+                message: format!("block {id} already hashed over {} tokens", tag.num_tokens),
+            });
+        }
+        self.evict_cached_block(id);
         Ok(())
     }
 

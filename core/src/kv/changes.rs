@@ -37,10 +37,16 @@ impl PoolChanges {
         self.enabled
     }
 
+    /// Inlined up to the test: off, as in every replay, it costs a branch.
+    #[inline(always)]
     pub(crate) fn block(&mut self, id: u32) {
-        if !self.enabled {
-            return;
+        if self.enabled {
+            self.log_block(id);
         }
+    }
+
+    #[inline(never)]
+    fn log_block(&mut self, id: u32) {
         let (w, bit) = (id as usize / 64, 1u64 << (id % 64));
         if self.marked[w] & bit == 0 {
             self.marked[w] |= bit;
@@ -48,6 +54,7 @@ impl PoolChanges {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn key(&mut self, key: BlockKey) {
         if self.enabled {
             self.keys.push(key);
@@ -63,23 +70,24 @@ impl PoolChanges {
     }
 }
 
-/// One group's tables' side of the log: requests whose table may have changed.
+/// The tables' side of the log: (group, request) whose table may have changed.
 #[derive(Debug, Default)]
 pub struct TableChanges {
     enabled: bool,
-    reqs: Vec<ReqId>,
+    tables: Vec<(u32, ReqId)>,
 }
 
-reuse_clone!(TableChanges { enabled, reqs });
+reuse_clone!(TableChanges { enabled, tables });
 
 impl TableChanges {
     pub(crate) fn enable(&mut self) {
         self.enabled = true;
     }
 
-    pub(crate) fn table(&mut self, req: ReqId) {
+    #[inline]
+    pub(crate) fn table(&mut self, group: u32, req: ReqId) {
         if self.enabled {
-            self.reqs.push(req);
+            self.tables.push((group, req));
         }
     }
 }
@@ -116,16 +124,13 @@ impl ModelChanges {
 }
 
 /// Drain both sides into one `ModelChanges`.
-pub(crate) fn drain(pool: &mut PoolChanges, tables: &mut [&mut TableChanges]) -> ModelChanges {
+pub(crate) fn drain(pool: &mut PoolChanges, tables: &mut TableChanges) -> ModelChanges {
     let (blocks, keys) = pool.take();
     let mut out = ModelChanges {
         blocks,
         keys,
-        tables: Vec::new(),
+        tables: std::mem::take(&mut tables.tables),
     };
-    for (g, t) in (0u32..).zip(tables.iter_mut()) {
-        out.tables.extend(t.reqs.drain(..).map(|r| (g, r)));
-    }
     out.tables.sort_unstable();
     out.tables.dedup();
     out

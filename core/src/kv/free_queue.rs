@@ -147,6 +147,7 @@ impl FreeQueue {
     }
 
     /// `prepend_n`: `ids[0]` becomes the new front.
+    #[inline]
     pub fn prepend(&mut self, ids: &[u32]) {
         for &id in ids.iter().rev() {
             self.push_front(id);
@@ -154,6 +155,7 @@ impl FreeQueue {
     }
 
     /// `append_n`: links `ids` in order before the tail.
+    #[inline]
     pub fn append(&mut self, ids: &[u32]) {
         for &id in ids {
             self.push_back(id);
@@ -186,14 +188,25 @@ impl FreeQueue {
         true
     }
 
-    /// Take the head.
-    #[inline]
+    /// Take the head: `remove` of a block known to be linked and to have no predecessor.
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<u32> {
         let h = self.head;
         if h == NIL {
             return None;
         }
-        self.remove(h);
+        let i = h as usize;
+        let n = self.next[i];
+        self.head = n;
+        if n == NIL {
+            self.tail = NIL;
+        } else {
+            self.prev[n as usize] = NIL;
+        }
+        self.next[i] = NIL;
+        self.linked[i] = false;
+        self.len -= 1;
+        self.version += 1;
         Some(h)
     }
 

@@ -13,12 +13,22 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 pub type BlockHash = u128;
 
 /// A prefix-cache key: the same content cached in two groups is two keys (§2.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BlockKey {
     /// The chained block hash.
     pub hash: BlockHash,
     /// The cache group.
     pub group: u32,
+}
+
+impl std::hash::Hash for BlockKey {
+    /// The hash is already a uniformly random digest: its low word, the group mixed in,
+    /// is one word to hash (one multiply in `DigestHasher`), not three. Equal keys still
+    /// hash alike; maps keyed by it are never iterated where the order could show.
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash as u64 ^ u64::from(self.group).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
 }
 
 /// vLLM's `NONE_HASH` stands in for the missing parent of the first block (§2.3).
@@ -27,6 +37,16 @@ const NONE_HASH: BlockHash = 0x6b76_7369_6d2d_6e6f_6e65_2d68_6173_6821;
 /// Hash one block: `H(parent or NONE_HASH, tokens, salt)` (§2.2, §2.4).
 /// `salt` is `Some` only for the first block and only when non-empty.
 pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>) -> BlockHash {
+    // The usual block sizes without a salt: the encoding's length is a constant, so
+    // every byte is written at a fixed offset (no zeroing) and xxh3's length tests fold.
+    if salt.is_none() {
+        match tokens.len() {
+            4 => return hash_unsalted::<4, 57>(parent, tokens),
+            8 => return hash_unsalted::<8, 89>(parent, tokens),
+            16 => return hash_unsalted::<16, 153>(parent, tokens),
+            _ => {}
+        }
+    }
     // The digest of a byte string does not depend on how it is fed in, so the
     // common small block is hashed in one shot from the stack (XXH3's streaming
     // state is costly to set up); larger ones stream through a stack chunk.
@@ -82,6 +102,18 @@ pub fn hash_block(parent: Option<BlockHash>, tokens: &[u64], salt: Option<&str>)
     h.digest128()
 }
 
+/// `hash_block` of `N` tokens without a salt; `LEN` is the encoding's length, 8·N + 25.
+#[inline(always)]
+fn hash_unsalted<const N: usize, const LEN: usize>(parent: Option<BlockHash>, tokens: &[u64]) -> BlockHash {
+    debug_assert_eq!(LEN, 8 * N + 25);
+    let mut buf = [0u8; LEN];
+    buf[..16].copy_from_slice(&parent.unwrap_or(NONE_HASH).to_le_bytes());
+    buf[16..24].copy_from_slice(&(N as u64).to_le_bytes());
+    put_tokens(&mut buf[24..24 + 8 * N], &tokens[..N]);
+    // The last byte: no salt (0), as `[0; LEN]` left it.
+    xxh3_128(&buf)
+}
+
 /// `tokens` as little-endian words into `dst` (8 bytes each).
 #[inline(always)]
 fn put_tokens(dst: &mut [u8], tokens: &[u64]) {
@@ -93,12 +125,32 @@ fn put_tokens(dst: &mut [u8], tokens: &[u64]) {
 /// Extend `hashes` with every newly complete `block_size` chunk of `tokens` (§2.5).
 pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_size: usize, salt: Option<&str>) {
     let salt = salt.filter(|s| !s.is_empty());
-    hashes.reserve((tokens.len() / block_size).saturating_sub(hashes.len()));
-    while (hashes.len() + 1) * block_size <= tokens.len() {
-        let start = hashes.len() * block_size;
-        let parent = hashes.last().copied();
-        let first_salt = if start == 0 { salt } else { None };
-        hashes.push(hash_block(parent, &tokens[start..start + block_size], first_salt));
+    let done = hashes.len();
+    if (done + 1) * block_size > tokens.len() {
+        return;
+    }
+    hashes.reserve(tokens.len() / block_size - done);
+    let mut parent = hashes.last().copied();
+    let mut blocks = tokens[done * block_size..].chunks_exact(block_size);
+    if done == 0 && salt.is_some() {
+        // Only the first block carries the salt.
+        let first = blocks.next().expect("one full block at least");
+        parent = Some(hash_block(None, first, salt));
+        hashes.push(parent.expect("just hashed"));
+    }
+    // The chain of the usual block sizes, each hash as `hash_block` makes it unsalted.
+    let mut chain = |hash: fn(Option<BlockHash>, &[u64]) -> BlockHash| {
+        for block in blocks.by_ref() {
+            let h = hash(parent, block);
+            hashes.push(h);
+            parent = Some(h);
+        }
+    };
+    match block_size {
+        4 => chain(hash_unsalted::<4, 57>),
+        8 => chain(hash_unsalted::<8, 89>),
+        16 => chain(hash_unsalted::<16, 153>),
+        _ => chain(|p, block| hash_block(p, block, None)),
     }
 }
 
@@ -176,7 +228,7 @@ mod tests {
     #[test]
     fn digests_do_not_depend_on_the_buffering() {
         let salt = "s".repeat(300);
-        for n in [0usize, 1, 2, 4, 16, 27, 28, 29, 59, 60, 61, 64, 100, 129, 1000] {
+        for n in [0usize, 1, 2, 3, 4, 5, 8, 16, 27, 28, 29, 59, 60, 61, 64, 100, 129, 1000] {
             let toks: Vec<u64> = (0..n as u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
             for s in [None, Some("x"), Some(salt.as_str())] {
                 for p in [None, Some(42u128 << 70)] {
@@ -209,6 +261,27 @@ mod tests {
             a.write_u8(i);
             b.write(&[i]);
             assert_eq!(a.finish(), b.finish(), "{i}");
+        }
+    }
+
+    #[test]
+    fn the_chain_is_each_block_streamed_on_its_parent_in_any_number_of_extensions() {
+        let toks: Vec<u64> = (0..70u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7).collect();
+        for bs in 1..=17 {
+            for salt in [None, Some("s")] {
+                let mut want: Vec<BlockHash> = Vec::new();
+                for (i, block) in toks.chunks_exact(bs).enumerate() {
+                    let first_salt = if i == 0 { salt } else { None };
+                    want.push(streamed(want.last().copied(), block, first_salt));
+                }
+                for step in [1, 3, 70] {
+                    let mut got = Vec::new();
+                    for end in (0..=toks.len()).step_by(step).chain([toks.len()]) {
+                        extend_block_hashes(&mut got, &toks[..end], bs, salt);
+                        assert_eq!(got, want[..end / bs], "bs {bs} salt {salt:?} up to {end}");
+                    }
+                }
+            }
         }
     }
 

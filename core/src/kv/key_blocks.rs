@@ -26,6 +26,7 @@ impl KeyBlocks {
     }
 
     /// The blocks, in insertion order.
+    #[inline]
     pub fn as_slice(&self) -> &[u32] {
         match self {
             KeyBlocks::Inline { len, ids } => &ids[..*len as usize],
@@ -34,16 +35,25 @@ impl KeyBlocks {
     }
 
     /// The first inserted (what a lookup returns).
+    #[inline]
     pub fn first(&self) -> u32 {
         self.as_slice()[0]
     }
 
     /// Whether `id` is among them.
+    #[inline]
     pub fn contains(&self, id: u32) -> bool {
         self.as_slice().contains(&id)
     }
 
+    /// Exactly `id` and no other block.
+    #[inline]
+    pub fn is_only(&self, id: u32) -> bool {
+        matches!(self, KeyBlocks::Inline { len: 1, ids } if ids[0] == id)
+    }
+
     /// No block.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
@@ -101,5 +111,10 @@ mod tests {
         assert!(k.remove(1));
         assert_eq!((k.first(), k.as_slice()), (2, &[2, 3][..]));
         assert!(k.remove(2) && k.remove(3) && k.is_empty());
+        let one = KeyBlocks::one(4);
+        assert!(one.is_only(4) && !one.is_only(5), "one block");
+        let mut two = KeyBlocks::one(4);
+        two.push(5);
+        assert!(!two.is_only(4) && !two.is_only(5), "two blocks");
     }
 }

@@ -1,9 +1,9 @@
 //! vLLM's `KVCacheManager` API (vllm_kv.md §5) over one shared pool.
 
 use super::block_pool::{BlockPool, PoolError};
-use super::changes::{self, ModelChanges, TableChanges};
+use super::changes::{self, ModelChanges};
 use super::coordinator::Coordinator;
-use super::manager::{empty_lists, GroupManager};
+use super::manager::{empty_lists, GroupManager, GroupReq, ReqStates, TableLog};
 use super::mutant::ModelMutant;
 use super::request::{ReqId, Request, RequestStatus};
 use super::spec::{ConfigError, CoordinatorKind, KvConfig};
@@ -90,6 +90,8 @@ pub struct KvCacheManager {
     spare_groups: Vec<GroupManager>,
     /// Some group is Mamba "align" (fixed by the config; every allocation asks).
     mamba_align: bool,
+    /// Every request's entries in every group's dicts (tables, cached counts).
+    reqs: ReqStates,
 }
 
 reuse_clone!(KvCacheManager {
@@ -99,7 +101,8 @@ reuse_clone!(KvCacheManager {
     coordinator,
     slip,
     spare_groups,
-    mamba_align
+    mamba_align,
+    reqs
 });
 
 impl KvCacheManager {
@@ -131,6 +134,8 @@ impl KvCacheManager {
             .collect();
         let pool = BlockPool::with_mutant(config.num_blocks, config.enable_caching, mutant);
         let mamba_align = any_mamba_align(&groups);
+        let mut reqs = ReqStates::default();
+        reqs.reset(groups.len());
         Ok(KvCacheManager {
             pool,
             groups,
@@ -139,6 +144,7 @@ impl KvCacheManager {
             slip: None,
             spare_groups: Vec::new(),
             mamba_align,
+            reqs,
         })
     }
 
@@ -147,6 +153,13 @@ impl KvCacheManager {
     /// trace's model without allocating. `Err` (self unchanged) when vLLM would refuse it.
     pub fn reset_to(&mut self, config: &KvConfig) -> Result<(), ConfigError> {
         config.validate()?;
+        self.reset_to_valid(config);
+        Ok(())
+    }
+
+    /// `reset_to` a config already validated (a compiled trace's, checked when it was read).
+    pub fn reset_to_valid(&mut self, config: &KvConfig) {
+        debug_assert!(config.validate().is_ok());
         let kind = config.coordinator();
         self.coordinator = Coordinator::new(
             kind,
@@ -175,10 +188,10 @@ impl KvCacheManager {
             self.groups[i].cache_hit_alignment = align;
         }
         self.pool.reset_to(config.num_blocks, config.enable_caching, None);
+        self.reqs.reset(config.groups.len());
         self.config.clone_from(config);
         self.slip = None;
         self.mamba_align = any_mamba_align(&self.groups);
-        Ok(())
     }
 
     /// The coordinator's kind.
@@ -249,25 +262,6 @@ impl KvCacheManager {
         hit.fixed_point_reasked = found.fixed_point_reasked;
     }
 
-    fn num_blocks_to_allocate(
-        &self,
-        req: ReqId,
-        num_tokens: u64,
-        hits: &[Vec<u32>],
-        total_computed: u64,
-        main: u64,
-        cap: bool,
-    ) -> i64 {
-        self.groups
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let h = hits.get(i).map_or(&[][..], Vec::as_slice);
-                m.num_blocks_to_allocate(&self.pool, req, num_tokens, h, total_computed, main, cap)
-            })
-            .sum()
-    }
-
     /// `allocate_slots`: `Ok(None)` when vLLM returns `None` (§5.3 steps 1–15).
     pub fn allocate_slots(&mut self, req: &Request, a: AllocateArgs<'_>) -> Result<Option<Vec<Vec<u32>>>, PoolError> {
         let mut new_blocks = Vec::new();
@@ -276,7 +270,27 @@ impl KvCacheManager {
 
     /// `allocate_slots` writing each group's new blocks into `new_blocks` (whose
     /// lists are reused across calls); `Ok(false)` when vLLM returns `None`.
+    /// Inlined up to the choice of path: nearly every step takes the one without hits,
+    /// a function of its own with a frame and registers sized for it alone.
+    #[inline]
     pub fn allocate_slots_into(
+        &mut self,
+        req: &Request,
+        a: AllocateArgs<'_>,
+        new_blocks: &mut Vec<Vec<u32>>,
+    ) -> Result<bool, PoolError> {
+        // A lookup that found nothing is no hit: the general path would take the same steps.
+        let no_hits = a.hits.is_none_or(|h| h.num_computed_tokens == 0 && h.is_empty());
+        if no_hits && !a.full_sequence_must_fit && self.slip.is_none() && a.num_new_tokens > 0 {
+            return self.allocate_without_hits(req, a, new_blocks);
+        }
+        self.allocate_with_hits(req, a, new_blocks)
+    }
+
+    /// `allocate_slots_into` in general (hits offered, the whole sequence to fit, a
+    /// Mamba "align" group, a slip on, or nothing to allocate).
+    #[inline(never)]
+    fn allocate_with_hits(
         &mut self,
         req: &Request,
         a: AllocateArgs<'_>,
@@ -299,19 +313,9 @@ impl KvCacheManager {
         } else {
             0
         };
-        if a.hits.is_none() && !a.full_sequence_must_fit && self.slip.is_none() && !self.mamba_align {
-            return self.allocate_without_hits(req, a, total_computed, watermark, new_blocks);
-        }
-        let free = self.pool.num_free_blocks() as i64;
-        if a.full_sequence_must_fit {
-            let full = req.num_tokens().min(self.config.max_model_len);
-            let need = self.num_blocks_to_allocate(req.id, full, hit_blocks, total_computed, full, true);
-            if need + watermark > free {
-                return Ok(false);
-            }
-        }
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
+        let cache = self.cacheable((total_computed + a.num_new_tokens).min(req.num_tokens()));
         // Blocks that left the window are freed before the capacity check, even if
         // the allocation then fails (§5.3 step 8; kvtrace-format.md §6.4).
         let in_flight = if self.slip == Some(super::ManagerSlip::InFlightIgnored) {
@@ -320,28 +324,45 @@ impl KvCacheManager {
             req.num_in_flight_tokens
         };
         let processed = total_computed.saturating_sub(in_flight);
-        for m in &mut self.groups {
-            m.remove_skipped_blocks(&mut self.pool, req.id, processed);
+        let full = req.num_tokens().min(self.config.max_model_len);
+        let Self { pool, groups, reqs, .. } = self;
+        let (states, log) = reqs.entry(req.id);
+        let free = pool.num_free_blocks() as i64;
+        if a.full_sequence_must_fit {
+            let need = num_blocks_to_allocate(groups, pool, states, full, hit_blocks, total_computed, full, true);
+            if need + watermark > free {
+                return Ok(false);
+            }
         }
-        let need = self.num_blocks_to_allocate(req.id, need_slot, hit_blocks, num_local_computed, main, false);
-        let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+        for (m, st) in groups.iter_mut().zip(states.iter_mut()) {
+            m.remove_skipped_blocks(pool, (req.id, st, log), processed);
+        }
+        let need = num_blocks_to_allocate(
+            groups,
+            pool,
+            states,
+            need_slot,
+            hit_blocks,
+            num_local_computed,
+            main,
+            false,
+        );
+        let available = pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
         if need + watermark > available {
             return Ok(false);
         }
         let hits_present = a.hits.is_some_and(|h| !h.is_empty());
-        if hits_present && !self.groups.iter().any(|m| m.tracks_cached(req.id)) {
+        if hits_present && !states.iter().any(|st| st.num_cached.is_some()) {
             // Two-phase: touch every group's hits before any group allocates.
-            for (i, m) in self.groups.iter_mut().enumerate() {
-                m.add_local_computed_blocks(&mut self.pool, req.id, &hit_blocks[i], num_local_computed);
+            for (i, (m, st)) in groups.iter_mut().zip(states.iter_mut()).enumerate() {
+                m.add_local_computed_blocks(pool, (req.id, st, log), &hit_blocks[i], num_local_computed);
             }
         }
-        new_blocks.resize_with(self.groups.len(), Vec::new);
-        for (m, out) in self.groups.iter_mut().zip(new_blocks.iter_mut()) {
-            out.clear();
-            m.allocate_new_blocks_into(&mut self.pool, req.id, need_slot, main, out)?;
-        }
+        allocate_groups(groups, pool, (req.id, states, log), need_slot, main, new_blocks)?;
         if !a.delay_cache_blocks {
-            self.cache_blocks(req, (total_computed + a.num_new_tokens).min(req.num_tokens()))?;
+            if let Some((n, hbs)) = cache {
+                cache_groups(groups, pool, states, req, n, hbs)?;
+            }
         }
         Ok(true)
     }
@@ -351,63 +372,91 @@ impl KvCacheManager {
     /// every step. One pass over the groups trims the windows and sums the needs
     /// (`GroupManager::need_without_hits`); when no group needs a block and every
     /// group has a table, no group is asked to allocate (it would return at once).
+    #[inline(never)]
     fn allocate_without_hits(
         &mut self,
         req: &Request,
         a: AllocateArgs<'_>,
-        total_computed: u64,
-        watermark: i64,
         new_blocks: &mut Vec<Vec<u32>>,
     ) -> Result<bool, PoolError> {
+        // `allocate_with_hits`'s steps with no hits: the same values, fewer of them.
+        let total_computed = req.num_computed_tokens.min(self.config.max_model_len);
+        let watermark = if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
+            self.config.watermark_blocks as i64
+        } else {
+            0
+        };
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
+        let cache = self.cacheable(main.min(req.num_tokens()));
+        let cached_now = cache.filter(|_| !a.delay_cache_blocks);
+        if let Some(states) = self.reqs.get(req.id).filter(|_| super::shortcuts::on()) {
+            if let Some(need) = steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now) {
+                // Nothing to trim, allocate or cache: the capacity check's answer is all.
+                let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+                if need + watermark > available {
+                    return Ok(false);
+                }
+                new_blocks.resize_with(self.groups.len(), Vec::new);
+                new_blocks.iter_mut().for_each(Vec::clear);
+                return Ok(true);
+            }
+        }
+        let mamba_align = self.mamba_align;
+        let Self { pool, groups, reqs, .. } = self;
+        let (states, log) = reqs.entry(req.id);
         let (mut need, mut all_tables) = (0, true);
-        for m in &mut self.groups {
+        for (m, st) in groups.iter_mut().zip(states.iter_mut()) {
             // Trimming nulls table entries but keeps each table's length, and a group's
             // need reads only its own table: the same as trimming every group first.
-            m.remove_skipped_blocks(&mut self.pool, req.id, processed);
-            let (n, has_table) = m.need_without_hits(req.id, need_slot, req.num_computed_tokens);
+            m.remove_skipped_blocks(pool, (req.id, &mut *st, &mut *log), processed);
+            let (n, has_table) = if m.is_mamba_align() {
+                // Its own rules (may be negative); no hits, so no sentinel, nothing evictable.
+                let n = m.num_blocks_to_allocate(pool, st, need_slot, &[], req.num_computed_tokens, main, false);
+                (n, st.has_table)
+            } else {
+                m.need_without_hits(st, need_slot, req.num_computed_tokens)
+            };
             need += n;
             all_tables &= has_table;
         }
-        let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+        let available = pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
         if need + watermark > available {
             return Ok(false);
         }
-        new_blocks.resize_with(self.groups.len(), Vec::new);
-        if need > 0 || !all_tables {
-            for (m, out) in self.groups.iter_mut().zip(new_blocks.iter_mut()) {
-                out.clear();
-                m.allocate_new_blocks_into(&mut self.pool, req.id, need_slot, main, out)?;
-            }
+        // A Mamba "align" group notes every allocation: the groups are always asked then.
+        if need > 0 || !all_tables || mamba_align {
+            allocate_groups(groups, pool, (req.id, states, log), need_slot, main, new_blocks)?;
         } else {
+            new_blocks.resize_with(groups.len(), Vec::new);
             new_blocks.iter_mut().for_each(Vec::clear);
         }
         if !a.delay_cache_blocks {
-            self.cache_blocks(req, main.min(req.num_tokens()))?;
+            if let Some((n, hbs)) = cache {
+                cache_groups(groups, pool, states, req, n, hbs)?;
+            }
         }
         Ok(true)
     }
 
-    /// `cache_blocks`: register full blocks up to `num_computed_tokens`. Inlined
-    /// into `allocate_slots_into`, which calls it on nearly every step and has saved
-    /// its registers already (a call of its own cost a fifth of its instructions).
-    #[inline(always)]
+    /// `cache_blocks`: register full blocks up to `num_computed_tokens`.
     pub fn cache_blocks(&mut self, req: &Request, num_computed_tokens: u64) -> Result<(), PoolError> {
         let Some((n, hbs)) = self.cacheable(num_computed_tokens) else {
             return Ok(());
         };
-        for m in &mut self.groups {
-            m.cache_blocks(&mut self.pool, req, n, hbs)?;
-        }
-        Ok(())
+        let (states, _) = self.reqs.entry(req.id);
+        cache_groups(&mut self.groups, &mut self.pool, states, req, n, hbs)
     }
 
     /// `cache_blocks(req, num_computed_tokens)` would change nothing and raise nothing.
     pub fn caches_nothing(&self, req: &Request, num_computed_tokens: u64) -> bool {
-        self.cacheable(num_computed_tokens)
-            .is_none_or(|(n, hbs)| self.groups.iter().all(|m| m.caches_nothing(req, n, hbs)))
+        self.cacheable(num_computed_tokens).is_none_or(|(n, hbs)| {
+            self.groups.iter().enumerate().all(|(g, m)| {
+                let cached = self.reqs.group(g, req.id).and_then(|st| st.num_cached);
+                m.caches_nothing(cached, req, n, hbs)
+            })
+        })
     }
 
     /// What `cache_blocks` hands each group: the cacheable tokens of `num_computed_tokens`
@@ -424,17 +473,28 @@ impl KvCacheManager {
 
     /// `free`: each group tail-first, groups in order.
     pub fn free(&mut self, req: ReqId) {
-        for m in &mut self.groups {
-            m.free(&mut self.pool, req);
+        let Some(mut states) = self.reqs.remove(req) else {
+            return;
+        };
+        let log = &mut self.reqs.log;
+        for (m, st) in self.groups.iter_mut().zip(states.iter_mut()) {
+            m.free(&mut self.pool, (req, st, log));
         }
+        self.reqs.recycle(states);
     }
 
     /// `pop_blocks_for_free`: detach the tables for a deferred free (group order).
     pub fn pop_blocks_for_free(&mut self, req: ReqId) -> Vec<u32> {
-        self.groups
-            .iter_mut()
-            .flat_map(|m| m.pop_blocks_for_free(req))
-            .collect()
+        let mut out = Vec::new();
+        let Some(mut states) = self.reqs.remove(req) else {
+            return out;
+        };
+        let log = &mut self.reqs.log;
+        for (m, st) in self.groups.iter_mut().zip(states.iter_mut()) {
+            m.pop_blocks_for_free((req, st, log), &mut out);
+        }
+        self.reqs.recycle(states);
+        out
     }
 
     /// Release blocks detached by `pop_blocks_for_free` (tail-first).
@@ -455,8 +515,11 @@ impl KvCacheManager {
 
     /// Free blocks that left a window or chunk after `processed` tokens.
     pub fn remove_skipped_blocks(&mut self, req: ReqId, processed: u64) {
-        for m in &mut self.groups {
-            m.remove_skipped_blocks(&mut self.pool, req, processed);
+        let Some((states, log)) = self.reqs.get_mut(req) else {
+            return;
+        };
+        for (m, st) in self.groups.iter_mut().zip(states.iter_mut()) {
+            m.remove_skipped_blocks(&mut self.pool, (req, st, log), processed);
         }
     }
 
@@ -465,14 +528,18 @@ impl KvCacheManager {
     /// group's `num_cached_block` (blocks already registered in the prefix cache);
     /// `None` = the whole table, so nothing of it is ever cached again.
     pub fn adopt_tables(&mut self, req: ReqId, tables: &[Vec<u32>], num_cached: &[Option<u64>]) {
-        for (g, (m, t)) in self.groups.iter_mut().zip(tables).enumerate() {
-            m.tables.insert(req, t.clone());
+        let (states, log) = self.reqs.entry(req);
+        for (g, (st, t)) in states.iter_mut().zip(tables).enumerate() {
+            log.touch(g as u32, req, st);
+            st.has_table = true;
+            st.blocks.clear();
+            st.blocks.extend_from_slice(t);
             let cached = num_cached
                 .get(g)
                 .copied()
                 .flatten()
                 .map_or(t.len(), |n| (n as usize).min(t.len()));
-            m.num_cached.insert(req, cached);
+            st.num_cached = Some(cached);
         }
     }
 
@@ -480,9 +547,7 @@ impl KvCacheManager {
     /// model invariants); logging stays off otherwise.
     pub fn watch_changes(&mut self) {
         self.pool.changes.enable(self.pool.num_blocks());
-        for m in &mut self.groups {
-            m.tables.changes.enable();
-        }
+        self.reqs.log.changes.enable();
     }
 
     /// What changed since the last call (or since `watch_changes`); empty when not watching.
@@ -490,8 +555,7 @@ impl KvCacheManager {
         if !self.pool.changes.is_enabled() {
             return ModelChanges::default();
         }
-        let mut tables: Vec<&mut TableChanges> = self.groups.iter_mut().map(|m| &mut m.tables.changes).collect();
-        changes::drain(&mut self.pool.changes, &mut tables)
+        changes::drain(&mut self.pool.changes, &mut self.reqs.log.changes)
     }
 
     /// `reset_prefix_cache`: refused while any block is referenced.
@@ -514,11 +578,150 @@ impl KvCacheManager {
 
     /// Changes whenever any group's tables may have (observers re-render them only then).
     pub fn tables_version(&self) -> u64 {
-        self.groups.iter().map(|m| m.tables.version()).sum()
+        self.reqs.log.version()
     }
 
     /// `get_block_ids`: every group's whole table, nulls included.
     pub fn get_block_ids(&self, req: ReqId) -> Vec<Vec<u32>> {
-        self.groups.iter().map(|m| m.table(req).to_vec()).collect()
+        self.tables(req).map(<[u32]>::to_vec).collect()
     }
+
+    /// The request's table in every group, in group order (nulls included; empty
+    /// where it has none).
+    pub fn tables(&self, req: ReqId) -> impl Iterator<Item = &[u32]> + '_ {
+        (0..self.groups.len()).map(move |g| self.table(g, req))
+    }
+
+    /// Group `g`'s table of the request (nulls included); empty if it has none.
+    #[inline]
+    pub fn table(&self, g: usize, req: ReqId) -> &[u32] {
+        self.table_stamped(g, req).0
+    }
+
+    /// Group `g`'s table of the request and a stamp that changes whenever the table
+    /// may have (`None` without a table).
+    #[inline]
+    pub fn table_stamped(&self, g: usize, req: ReqId) -> (&[u32], Option<u64>) {
+        match self.reqs.group(g, req) {
+            Some(st) if st.has_table => (st.blocks.as_slice(), Some(st.stamp)),
+            _ => (&[], None),
+        }
+    }
+
+    /// Group `g`'s `num_cached_block` of the request: its blocks already cached.
+    pub fn num_cached_blocks(&self, g: usize, req: ReqId) -> Option<usize> {
+        self.reqs.group(g, req).and_then(|st| st.num_cached)
+    }
+
+    /// Whether group `g` tracks the request's cached blocks (it is running there).
+    pub fn tracks_cached(&self, g: usize, req: ReqId) -> bool {
+        self.num_cached_blocks(g, req).is_some()
+    }
+
+    /// Requests with a table in group `g` (sorted, for checks).
+    pub fn request_ids(&self, g: usize) -> Vec<ReqId> {
+        let mut v: Vec<ReqId> = self
+            .reqs
+            .ids()
+            .filter(|&r| self.reqs.group(g, r).is_some_and(|st| st.has_table))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Requests with entries in the groups' dicts, sorted (`state_text`).
+    #[cfg(test)]
+    pub(crate) fn entry_ids(&self) -> Vec<ReqId> {
+        let mut ids: Vec<ReqId> = self.reqs.ids().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Group `g`'s Mamba "align" bookkeeping of the request (`state_text`): whether it
+    /// allocated, its last state's index, its retired entries.
+    #[cfg(test)]
+    pub(crate) fn mamba_entry(&self, g: usize, req: ReqId) -> (bool, Option<usize>, Option<usize>) {
+        self.reqs.group(g, req).map_or((false, None, None), |st| {
+            (st.allocated, st.last_state_idx, st.num_retired)
+        })
+    }
+}
+
+/// The groups' summed need when none of them would change in `allocate_without_hits`
+/// (`GroupManager::steady`, `steady_align`); `None` when one might.
+#[inline(always)]
+fn steady_need(
+    groups: &[GroupManager],
+    states: &[GroupReq],
+    req: &Request,
+    (processed, need_slot, main): (u64, u64, u64),
+    cache: Option<(u64, u64)>,
+) -> Option<i64> {
+    let mut need = 0;
+    for (m, st) in groups.iter().zip(states) {
+        if m.is_mamba_align() {
+            need += m.steady_align(st, req, (processed, main), cache)?;
+        } else if !m.steady(st, req, (processed, need_slot), cache) {
+            return None;
+        }
+    }
+    Some(need)
+}
+
+/// `get_num_blocks_to_allocate` summed over the groups (`states`: the request's entries).
+#[allow(clippy::too_many_arguments)]
+fn num_blocks_to_allocate(
+    groups: &[GroupManager],
+    pool: &BlockPool,
+    states: &[GroupReq],
+    num_tokens: u64,
+    hits: &[Vec<u32>],
+    total_computed: u64,
+    main: u64,
+    cap: bool,
+) -> i64 {
+    groups
+        .iter()
+        .zip(states)
+        .enumerate()
+        .map(|(i, (m, st))| {
+            let h = hits.get(i).map_or(&[][..], Vec::as_slice);
+            m.num_blocks_to_allocate(pool, st, num_tokens, h, total_computed, main, cap)
+        })
+        .sum()
+}
+
+/// Each group's `allocate_new_blocks`, its new blocks into its list of `new_blocks`.
+fn allocate_groups(
+    groups: &mut [GroupManager],
+    pool: &mut BlockPool,
+    (req, states, log): (ReqId, &mut [GroupReq], &mut TableLog),
+    need_slot: u64,
+    main: u64,
+    new_blocks: &mut Vec<Vec<u32>>,
+) -> Result<(), PoolError> {
+    new_blocks.resize_with(groups.len(), Vec::new);
+    for ((m, st), out) in groups.iter_mut().zip(states.iter_mut()).zip(new_blocks.iter_mut()) {
+        out.clear();
+        m.allocate_new_blocks_into(pool, (req, st, &mut *log), need_slot, main, out)?;
+    }
+    Ok(())
+}
+
+/// Each group's `cache_blocks` of `n` cacheable tokens. Inlined into `allocate_slots_into`,
+/// which calls it on nearly every step and has saved its registers already (a call of
+/// its own cost a fifth of its instructions).
+#[inline(always)]
+fn cache_groups(
+    groups: &mut [GroupManager],
+    pool: &mut BlockPool,
+    states: &mut [GroupReq],
+    req: &Request,
+    n: u64,
+    hbs: u64,
+) -> Result<(), PoolError> {
+    for (m, st) in groups.iter_mut().zip(states.iter_mut()) {
+        m.cache_blocks(pool, req, st, n, hbs)?;
+    }
+    Ok(())
 }

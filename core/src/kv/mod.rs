@@ -15,7 +15,10 @@ pub mod manager;
 pub mod mutant;
 pub mod req_map;
 pub mod request;
+pub(crate) mod shortcuts;
 pub mod spec;
+#[cfg(test)]
+pub(crate) mod state_text;
 
 pub use block_pool::{BlockPool, PoolError, NULL_BLOCK};
 pub use kv_cache_manager::{AllocateArgs, ComputedBlocks, KvCacheManager};

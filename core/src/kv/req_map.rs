@@ -74,8 +74,19 @@ impl<V> ReqMap<V> {
         self.get(req).is_some()
     }
 
-    /// The value for `req`, inserting `f()` if there is none.
+    /// The value for `req`, inserting `f()` if there is none. Inlined up to the usual
+    /// case (a direct id that has a value).
+    #[inline]
     pub fn get_or_insert_with(&mut self, req: ReqId, f: impl FnOnce() -> V) -> &mut V {
+        if matches!(self.direct.get(req as usize), Some(Some(_))) {
+            return self.direct[req as usize].as_mut().expect("checked above");
+        }
+        self.insert_with(req, f)
+    }
+
+    /// `get_or_insert_with` past its usual case.
+    #[inline(never)]
+    fn insert_with(&mut self, req: ReqId, f: impl FnOnce() -> V) -> &mut V {
         let i = req as usize;
         if i >= DIRECT {
             return self.rest.entry(req).or_insert_with(f);

@@ -56,6 +56,8 @@ pub struct Request {
     pub skip_reading_prefix_cache: bool,
     /// `None` when caching is off: no hasher, no hashes (§2.5).
     hash_block_size: Option<u64>,
+    /// `block_hashes` is not computed yet (`renew_unhashed`): `hash_pending` computes it.
+    hashes_pending: bool,
 }
 
 reuse_clone!(Request {
@@ -70,7 +72,8 @@ reuse_clone!(Request {
     shared_prefix_boundary,
     status,
     skip_reading_prefix_cache,
-    hash_block_size
+    hash_block_size,
+    hashes_pending
 });
 
 impl Request {
@@ -91,6 +94,7 @@ impl Request {
             status: RequestStatus::Waiting,
             skip_reading_prefix_cache: false,
             hash_block_size,
+            hashes_pending: false,
         };
         r.update_block_hashes();
         r
@@ -100,6 +104,22 @@ impl Request {
     /// and hash buffers (the tokens with room for at least `room` of them): a replay
     /// renewing a retired request's slot then moves no request around.
     pub fn renew(
+        &mut self,
+        id: ReqId,
+        prompt: &[u64],
+        room: usize,
+        cache_salt: Option<String>,
+        hash_block_size: Option<u64>,
+    ) {
+        self.renew_unhashed(id, prompt, room, cache_salt, hash_block_size);
+        self.hash_pending();
+    }
+
+    /// `renew`, leaving the block hashes to `hash_pending`: a quiet replay hashes a
+    /// request only once the model first reads it, and a trace that ends with requests
+    /// still waiting never hashes those. The hashes are a function of the tokens, so
+    /// computing them late gives the same ones.
+    pub fn renew_unhashed(
         &mut self,
         id: ReqId,
         prompt: &[u64],
@@ -121,12 +141,12 @@ impl Request {
             status,
             skip_reading_prefix_cache,
             hash_block_size: my_hbs,
+            hashes_pending,
         } = self;
         tokens.clear();
         tokens.reserve(room);
         tokens.extend_from_slice(prompt);
         block_hashes.clear();
-        block_hashes.reserve(hash_block_size.map_or(0, |b| tokens.capacity() / b.max(1) as usize));
         *my_id = id;
         *num_prompt_tokens = prompt.len() as u64;
         (*num_computed_tokens, *num_in_flight_tokens, *num_output_placeholders) = (0, 0, 0);
@@ -135,6 +155,25 @@ impl Request {
         *status = RequestStatus::Waiting;
         *skip_reading_prefix_cache = false;
         *my_hbs = hash_block_size;
+        *hashes_pending = hash_block_size.is_some();
+    }
+
+    /// Compute the block hashes `renew_unhashed` left out (nothing if none are pending).
+    #[inline]
+    pub fn hash_pending(&mut self) {
+        if self.hashes_pending {
+            self.hash_now();
+        }
+    }
+
+    #[inline(never)]
+    fn hash_now(&mut self) {
+        self.hashes_pending = false;
+        // Room for every hash the tokens' capacity can reach (no regrowth as outputs come).
+        let room = self
+            .hash_block_size
+            .map_or(0, |b| self.tokens.capacity() / b.max(1) as usize);
+        self.block_hashes.reserve(room);
         self.update_block_hashes();
     }
 
@@ -143,29 +182,40 @@ impl Request {
         self.tokens.len() as u64
     }
 
-    /// `append_output_token_ids`: extends the tokens and the hash chain.
+    /// `append_output_token_ids`: extends the tokens and the hash chain. Inlined: a
+    /// commit appends one token and nearly always completes no block.
+    #[inline]
     pub fn append_output(&mut self, out: &[u64]) {
         // Nearly every commit appends one decoded token: a push, not a memcpy call.
         match out {
             [t] => self.tokens.push(*t),
             _ => self.tokens.extend_from_slice(out),
         }
-        self.update_block_hashes();
+        // Pending hashes cover every full block once computed, outputs included.
+        if !self.hashes_pending {
+            self.update_block_hashes();
+        }
     }
 
+    #[inline]
     fn update_block_hashes(&mut self) {
         if let Some(hbs) = self.hash_block_size {
             // Most appends (one decoded token) complete no block: nothing to hash.
             if (self.block_hashes.len() as u64 + 1) * hbs > self.tokens.len() as u64 {
                 return;
             }
-            extend_block_hashes(
-                &mut self.block_hashes,
-                &self.tokens,
-                hbs as usize,
-                self.cache_salt.as_deref(),
-            );
+            self.hash_full_blocks(hbs);
         }
+    }
+
+    #[inline(never)]
+    fn hash_full_blocks(&mut self, hbs: u64) {
+        extend_block_hashes(
+            &mut self.block_hashes,
+            &self.tokens,
+            hbs as usize,
+            self.cache_salt.as_deref(),
+        );
     }
 }
 
@@ -200,6 +250,29 @@ mod tests {
             let fresh = Request::new(7, prompt.to_vec(), salt, hbs);
             assert_eq!(format!("{r:?}"), format!("{fresh:?}"));
             assert!(r.tokens.capacity() >= 64, "room for the outputs");
+        }
+    }
+
+    #[test]
+    fn hashes_computed_late_are_the_hashes_computed_up_front() {
+        let mut late = Request::new(0, vec![], None, None);
+        for (salt, hbs) in [(None, Some(2)), (Some("s".to_string()), Some(4)), (None, None)] {
+            let prompt: Vec<u64> = (0..11).collect();
+            late.renew_unhashed(3, &prompt, 64, salt.clone(), hbs);
+            assert!(late.block_hashes.is_empty(), "nothing hashed yet");
+            late.append_output(&[20]);
+            late.append_output(&[21, 22, 23, 24]);
+            late.hash_pending();
+            let mut eager = Request::new(3, prompt, salt, hbs);
+            eager.append_output(&[20]);
+            eager.append_output(&[21, 22, 23, 24]);
+            assert_eq!(format!("{late:?}"), format!("{eager:?}"));
+            assert_eq!(late.block_hashes.len(), hbs.map_or(0, |b| 16 / b as usize));
+            // Later outputs are hashed as they complete blocks, as in an eager request.
+            late.append_output(&[25, 26, 27, 28]);
+            eager.append_output(&[25, 26, 27, 28]);
+            late.hash_pending();
+            assert_eq!(format!("{late:?}"), format!("{eager:?}"));
         }
     }
 }

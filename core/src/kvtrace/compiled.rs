@@ -21,7 +21,7 @@ impl ReplayStorage {
     fn replayer(&mut self, cfg: &KvConfig) -> &mut Replayer {
         match &mut self.0 {
             Some(r) => {
-                r.reset_to(cfg).expect("validated by parse_config");
+                r.reset_to(cfg);
                 r
             }
             none => none.insert(Replayer::new(
@@ -92,7 +92,7 @@ impl CompiledTrace {
     pub fn run_quiet_reusing(&self, storage: &mut ReplayStorage) -> usize {
         let Ok(cfg) = &self.config else { return 0 };
         let r = storage.replayer(cfg);
-        r.skip_order();
+        r.quiet();
         for (i, &op) in self.ops.iter().enumerate() {
             if r.apply_inline(&self.data, op).is_err() {
                 return i + 1;
@@ -126,11 +126,13 @@ impl CompiledTrace {
 
 #[cfg(test)]
 mod tests {
-    use super::{compile, ReplayStorage};
-    use crate::kv::KvCacheManager;
-    use crate::kvtrace::compile::OpData;
-    use crate::kvtrace::exec::Replayer;
+    use super::{compile, CompiledTrace, ReplayStorage};
+    use crate::kv::state_text::model_state;
+    use crate::kv::{shortcuts, KvCacheManager};
+    use crate::kvtrace::compile::{Op, OpData};
+    use crate::kvtrace::exec::{OpError, Outcome, Replayer};
     use crate::kvtrace::gen::generate;
+    use crate::kvtrace::live::Live;
     use crate::kvtrace::observed::render_init;
 
     /// The whole observable state (every section of an observation line), rendered afresh.
@@ -138,6 +140,104 @@ mod tests {
         let mut line = String::new();
         render_init(r, data, &mut Default::default(), &mut line);
         line
+    }
+
+    /// Traces to compare replay modes on: generated ones (every layout) and every
+    /// trace under tests/data (edge cases and errors).
+    fn test_traces() -> Vec<CompiledTrace> {
+        let mut out: Vec<CompiledTrace> = (0..160)
+            .map(|i| compile(&generate(11, i)).expect("a generated trace compiles"))
+            .collect();
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+        for dir in ["kvtrace_examples", "kvtrace_reference"] {
+            let mut files: Vec<_> = std::fs::read_dir(data.join(dir))
+                .expect("tests/data is there")
+                .map(|e| e.expect("a readable entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect();
+            files.sort();
+            for f in files {
+                let text = std::fs::read_to_string(&f).expect("a readable trace");
+                if let Ok(t) = crate::kvtrace::compile_text(&text) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// A live request as a later op reads it, its pending hashes computed.
+    fn request_text(l: &Live) -> String {
+        let mut req = l.req.clone();
+        req.hash_pending();
+        format!("{req:?} {:?}", l.uncommitted)
+    }
+
+    /// How a replayer under comparison runs: quietly or observed, and whether the model
+    /// may take its shortcuts (`kv::shortcuts`).
+    #[derive(Clone, Copy)]
+    struct Mode {
+        quiet: bool,
+        shortcuts: bool,
+    }
+
+    fn apply(r: &mut Replayer, mode: Mode, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+        if mode.shortcuts {
+            r.apply(data, op)
+        } else {
+            shortcuts::without(|| r.apply(data, op))
+        }
+    }
+
+    /// Replay every test trace through a replayer in each mode (`b` in reused storage)
+    /// and assert the same outcome and the same whole state after every op.
+    fn assert_modes_agree(a_mode: Mode, b_mode: Mode) {
+        let mut storage = ReplayStorage::default();
+        let (mut traces, mut ops) = (0, 0);
+        for (i, t) in test_traces().iter().enumerate() {
+            let Ok(cfg) = &t.config else { continue };
+            let mut a = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
+            let b = storage.replayer(cfg);
+            for (r, mode) in [(&mut a, a_mode), (&mut *b, b_mode)] {
+                if mode.quiet {
+                    r.quiet();
+                }
+            }
+            for (k, &op) in t.ops.iter().enumerate() {
+                let (x, y) = (apply(&mut a, a_mode, &t.data, op), apply(b, b_mode, &t.data, op));
+                let message = |r: &Result<Outcome, OpError>| match r {
+                    Ok(o) => format!("{o:?}"),
+                    Err(OpError::Invalid(m)) => m.clone(),
+                    Err(OpError::Model(e)) => e.to_string(),
+                };
+                assert_eq!(message(&x), message(&y), "trace {i} op {k}");
+                assert_eq!(model_state(b.kv()), model_state(a.kv()), "trace {i} op {k}");
+                assert_eq!(b.new_blocks, a.new_blocks, "trace {i} op {k}");
+                assert_eq!(b.pending(), a.pending(), "trace {i} op {k}");
+                for id in 0..t.data.ids.count() as u32 {
+                    let (q, o) = (b.get(id), a.get(id));
+                    assert_eq!(q.map(request_text), o.map(request_text), "trace {i} op {k} id {id}");
+                }
+                ops += 1;
+                if x.is_err() {
+                    break;
+                }
+            }
+            traces += 1;
+        }
+        assert!(traces > 190 && ops > 30_000, "{traces} traces, {ops} ops");
+    }
+
+    #[test]
+    fn a_quiet_replay_changes_the_model_like_an_observed_one() {
+        let on = |quiet| Mode { quiet, shortcuts: true };
+        assert_modes_agree(on(false), on(true));
+    }
+
+    #[test]
+    fn the_models_shortcuts_change_it_like_the_steps_they_skip() {
+        let quiet = |shortcuts| Mode { quiet: true, shortcuts };
+        assert_modes_agree(quiet(false), quiet(true));
     }
 
     #[test]

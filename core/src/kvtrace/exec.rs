@@ -3,7 +3,7 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots};
-use crate::kv::{AllocateArgs, ComputedBlocks, ConfigError, KvCacheManager, KvConfig, PoolError, RequestStatus};
+use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
     Invalid(String),
@@ -29,7 +29,7 @@ impl From<PoolError> for OpError {
 }
 
 /// What a successful op returned; the observer renders it (`Lookup` from
-/// `pending`, `Alloc` from `new_blocks`).
+/// `pending()`, `Alloc` from `new_blocks`).
 #[derive(Clone, Copy, Debug)]
 pub enum Outcome {
     Null,
@@ -44,18 +44,19 @@ pub struct Replayer {
     slots: Slots,
     /// Live ids sorted by name (the observation's `requests` order).
     order: Vec<u32>,
-    /// `order` is kept: off only in a quiet replay, which renders no observation.
-    keep_order: bool,
+    /// A quiet replay (no observation): no `order` is kept, and requests are hashed
+    /// only once the model first reads them (`Request::renew_unhashed`).
+    quiet: bool,
     /// The live set changed since the last observation.
     live_changed: bool,
     /// Everything must be rendered afresh (a new replay, or the model was handed out).
     stale: bool,
     next_rid: u32,
-    /// The last lookup; only the very next op may consume it.
-    pub pending: Option<(u32, ComputedBlocks)>,
-    /// A consumed lookup kept for its block lists: the next lookup fills them
-    /// instead of allocating new ones.
-    spare_hit: ComputedBlocks,
+    /// The request whose lookup (`hit`) only the very next op may consume.
+    pending: Option<u32>,
+    /// The last lookup's result, kept after it is consumed: the next lookup fills its
+    /// block lists instead of allocating new ones, and nothing is moved.
+    hit: ComputedBlocks,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
     /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
@@ -90,31 +91,31 @@ impl Replayer {
             kv,
             slots: Slots::default(),
             order: Vec::new(),
-            keep_order: true,
+            quiet: false,
             live_changed: true,
             stale: true,
             next_rid: 0,
             pending: None,
-            spare_hit: ComputedBlocks::default(),
+            hit: ComputedBlocks::default(),
             new_blocks: Vec::new(),
             fixed_point_reasks: 0,
         }
     }
 
-    /// Become `Replayer::new(KvCacheManager::new(cfg.clone())?)`, reusing this
-    /// replayer's storage (the model's, and the freed requests' token and hash buffers).
-    pub fn reset_to(&mut self, cfg: &KvConfig) -> Result<(), ConfigError> {
-        self.kv.reset_to(cfg)?;
+    /// Become `Replayer::new(KvCacheManager::new(cfg.clone())?)` for a config already
+    /// validated, reusing this replayer's storage (the model's, and the freed requests'
+    /// token and hash buffers).
+    pub fn reset_to(&mut self, cfg: &KvConfig) {
+        self.kv.reset_to_valid(cfg);
         self.slots.reset();
         self.order.clear();
-        self.keep_order = true;
+        self.quiet = false;
         self.live_changed = true;
         self.stale = true;
         self.next_rid = 0;
         self.pending = None;
         self.new_blocks.clear();
         self.fixed_point_reasks = 0;
-        Ok(())
     }
 
     pub fn kv(&self) -> &KvCacheManager {
@@ -136,21 +137,28 @@ impl Replayer {
         self.slots.get(id)
     }
 
-    /// Until the next `reset_to`, keep no name order of the live ids (`live_in_order`
-    /// is then unavailable): a quiet replay renders nothing, and placing every new
-    /// request cost a binary search and a shift on each add and free.
-    pub(super) fn skip_order(&mut self) {
-        self.keep_order = false;
+    /// Until the next `reset_to`, replay quietly: keep no name order of the live ids
+    /// (`live_in_order` is then unavailable; placing every new request cost a binary
+    /// search and a shift on each add and free) and hash each request's prompt only
+    /// when the model first reads the request (a trace that ends with requests still
+    /// waiting never hashes those). Nothing observable depends on either.
+    pub(super) fn quiet(&mut self) {
+        self.quiet = true;
         self.order.clear();
     }
 
     /// Live requests in name order: (id, slot, request).
     pub fn live_in_order(&self) -> impl Iterator<Item = (u32, u32, &Live)> {
-        assert!(self.keep_order, "a quiet replay keeps no name order");
+        assert!(!self.quiet, "a quiet replay keeps no name order");
         self.order.iter().map(|&k| {
             let slot = self.slots.slot(k).expect("ordered ids are live");
             (k, slot, self.slots.get(k).expect("ordered ids are live"))
         })
+    }
+
+    /// The lookup the next op may consume: its request and result.
+    pub fn pending(&self) -> Option<(u32, &ComputedBlocks)> {
+        self.pending.map(|id| (id, &self.hit))
     }
 
     /// Apply one op; every op consumes the pending lookup.
@@ -162,26 +170,13 @@ impl Replayer {
     /// register saves are then paid once per replay instead of once per op.
     #[inline(always)]
     pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
-        // Most ops follow no lookup: nothing to consume, nothing to move.
-        if self.pending.is_none() {
-            return self.apply_with(data, op, None);
-        }
         let lookup = self.pending.take();
-        let outcome = self.apply_with(data, op, lookup.as_ref());
-        if let Some((_, hit)) = lookup {
-            self.spare_hit = hit;
-        }
-        outcome
+        self.apply_with(data, op, lookup)
     }
 
-    /// `apply`, with the lookup it consumes.
+    /// `apply`, with the request whose lookup (`hit`) it consumes.
     #[inline(always)]
-    fn apply_with(
-        &mut self,
-        data: &OpData,
-        op: Op,
-        lookup: Option<&(u32, ComputedBlocks)>,
-    ) -> Result<Outcome, OpError> {
+    fn apply_with(&mut self, data: &OpData, op: Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
         match op {
             Op::NotObject => Err("an op must be an object".into()),
             Op::MissingName => Err("missing op name".into()),
@@ -196,11 +191,12 @@ impl Replayer {
             Op::Commit(c) => self.commit(data, checked(data, c)?),
             Op::CacheBlocks(c) => {
                 let (id, n) = checked(data, c)?;
-                let l = live(&self.slots, data, id)?;
+                let l = live_mut(&mut self.slots, data, id)?;
                 if n > l.req.num_computed_tokens {
                     let have = l.req.num_computed_tokens;
                     return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
                 }
+                l.req.hash_pending();
                 self.kv.cache_blocks(&l.req, n)?;
                 Ok(Outcome::Null)
             }
@@ -221,7 +217,7 @@ impl Replayer {
                 let rid = live(&self.slots, data, id)?.req.id;
                 self.kv.free(rid);
                 self.slots.remove(id);
-                if self.keep_order {
+                if !self.quiet {
                     let at = self.order_position(data, id);
                     self.order.remove(at);
                 }
@@ -253,8 +249,13 @@ impl Replayer {
         let hbs = self.kv.request_hash_block_size();
         // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
         let room = (max as usize).min(prompt.len() + 1024);
-        self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
-        if self.keep_order {
+        if self.quiet {
+            self.slots
+                .insert(id, |req| req.renew_unhashed(rid, prompt, room, salt, hbs));
+        } else {
+            self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
+        }
+        if !self.quiet {
             let at = self.order_position(data, id);
             self.order.insert(at, id);
         }
@@ -284,29 +285,25 @@ impl Replayer {
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
-        let mut hit = std::mem::take(&mut self.spare_hit);
-        self.kv.get_computed_blocks_into(&l.req, &mut hit);
+        l.req.hash_pending();
+        let hit = &mut self.hit;
+        self.kv.get_computed_blocks_into(&l.req, hit);
         l.req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
-        self.pending = Some((id, hit));
+        self.pending = Some(id);
         Ok(Outcome::Lookup)
     }
 
     // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
     // one call's register saves, not two.
     #[inline(always)]
-    fn allocate_slots(
-        &mut self,
-        data: &OpData,
-        a: Alloc,
-        lookup: Option<&(u32, ComputedBlocks)>,
-    ) -> Result<Outcome, OpError> {
+    fn allocate_slots(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
         let l = live_mut(&mut self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
         }
         let hits = match lookup {
-            Some((lid, hit)) if a.use_computed && *lid == a.id => Some(hit),
+            Some(lid) if a.use_computed && lid == a.id => Some(&self.hit),
             _ => None,
         };
         let hit_tokens = hits.map_or(0, |h| h.num_computed_tokens);
@@ -318,6 +315,7 @@ impl Replayer {
         {
             return Err("allocation beyond the request's known tokens".into());
         }
+        l.req.hash_pending();
         let args = AllocateArgs {
             num_new_tokens: a.num_new_tokens,
             hits,

@@ -43,17 +43,18 @@ struct Fragment {
 impl Fragment {
     /// Bring the text up to date with the request's tables.
     fn update(&mut self, kv: &KvCacheManager, literal: &str, rid: ReqId) {
-        let stamps = kv.groups.iter().map(|m| m.table_stamped(rid).1);
+        let stamps = (0..kv.groups.len()).map(|g| kv.table_stamped(g, rid).1);
         if self.rid == Some(rid) && stamps.eq(self.stamps.iter().copied()) {
             return;
         }
         self.rid = Some(rid);
         self.stamps.clear();
-        self.stamps.extend(kv.groups.iter().map(|m| m.table_stamped(rid).1));
+        self.stamps
+            .extend((0..kv.groups.len()).map(|g| kv.table_stamped(g, rid).1));
         self.text.clear();
         self.text.push_str(literal);
         self.text.push(':');
-        push_tables(&mut self.text, kv.groups.iter().map(|m| m.table(rid)));
+        push_tables(&mut self.text, kv.tables(rid));
     }
 }
 
@@ -135,7 +136,7 @@ fn push_result(out: &mut String, r: &Replayer, end: Ending) {
         Ending::Error { .. } | Ending::Ok(Outcome::Null) => out.push_str("null"),
         Ending::Ok(Outcome::Bool(b)) => out.push_str(if b { "true" } else { "false" }),
         Ending::Ok(Outcome::Lookup) => {
-            let (_, hit) = r.pending.as_ref().expect("a lookup leaves its result pending");
+            let (_, hit) = r.pending().expect("a lookup leaves its result pending");
             out.push_str("{\"block_ids\":");
             push_tables(out, hit.blocks.iter().map(Vec::as_slice));
             out.push_str(",\"num_computed_tokens\":");

@@ -94,12 +94,12 @@ impl Encoder {
         };
         see(name, order, NULL_BLOCK);
         for (r, slot) in (0..).zip(&s.slots) {
-            for m in &s.kv.groups {
-                let (table, stamp) = m.table_stamped(r);
+            for g in 0..s.kv.groups.len() {
+                let (table, stamp) = s.kv.table_stamped(g, r);
                 out.u8(u8::from(stamp.is_some()));
                 out.small(table.len() as u64);
                 table.iter().for_each(|&b| out.small(see(name, order, b)));
-                out.opt(m.num_cached_blocks(r).map(|n| n as u64));
+                out.opt(s.kv.num_cached_blocks(g, r).map(|n| n as u64));
             }
             let Some(slot) = slot else {
                 out.u8(0);

@@ -466,6 +466,6 @@ fn blocks_where(kv: &KvCacheManager, pred: impl Fn(u32) -> bool) -> u64 {
 
 /// The non-null blocks in request `rid`'s tables, as a bit set.
 fn held_by(kv: &KvCacheManager, rid: u32) -> u64 {
-    let tables = kv.groups.iter().flat_map(|m| m.table(rid));
+    let tables = kv.tables(rid).flatten();
     tables.filter(|&&b| b != NULL_BLOCK).fold(0, |set, &b| set | 1 << b)
 }

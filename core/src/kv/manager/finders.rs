@@ -2,7 +2,7 @@
 //! they read only the pool and the request's hashes, never a manager's tables.
 
 use crate::kv::block_pool::{BlockPool, NULL_BLOCK};
-use crate::kv::hash::BlockHash;
+use crate::kv::hash::{BlockHash, BlockKey};
 use crate::kv::spec::{GroupKind, GroupSpec};
 
 /// The request's hashes viewed at `block_size` (§2.6): element i is the last fine
@@ -22,6 +22,7 @@ impl HashView<'_> {
 }
 
 /// Make `lists` `n` empty lists, keeping the storage of those it had.
+#[inline]
 pub fn empty_lists(lists: &mut Vec<Vec<u32>>, n: usize) {
     lists.truncate(n);
     lists.iter_mut().for_each(Vec::clear);
@@ -65,6 +66,25 @@ pub fn find_longest_cache_hit_into(
         }
     };
     match spec.kind {
+        GroupKind::FullAttention | GroupKind::Mla if groups.len() == 1 => {
+            // One group (every unitary lookup): the probe and the list without the
+            // per-group lanes.
+            let (list, key_group) = (&mut out[0], groups[0]);
+            for i in 0..max_blocks {
+                let hash = hashes[(i + 1) * view.scale - 1];
+                match pool.cached_block(&BlockKey { hash, group: key_group }) {
+                    Some(b) => list.push(b),
+                    None => break,
+                }
+            }
+            let len = list.len() as u64 * bs;
+            if alignment == bs {
+                return len;
+            }
+            let len = len - len % alignment;
+            list.truncate(len.div_ceil(bs) as usize);
+            len
+        }
         GroupKind::FullAttention | GroupKind::Mla => {
             // Downward-closed: stop at the first miss (chained hashes).
             for i in 0..max_blocks {

@@ -7,19 +7,21 @@
 
 mod finders;
 mod mamba;
-mod tables;
+mod req_state;
+mod steady;
 
 pub use finders::{empty_lists, find_longest_cache_hit_into};
-use tables::Tables;
+pub use req_state::{GroupReq, ReqStates, TableLog};
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
 use super::hash::{BlockKey, FastSet};
 use super::mutant::ManagerSlip;
-use super::req_map::ReqMap;
 use super::request::{ReqId, Request};
 use super::spec::{GroupKind, GroupSpec, MambaMode};
 
 /// One cache group's manager (full, sliding window, chunked local, Mamba; vllm_kv.md §3).
+/// Its per-request dicts live request-major in `ReqStates`: each method is handed the
+/// request's entry in this group (`GroupReq`).
 #[derive(Debug)]
 pub struct GroupManager {
     /// Its group id.
@@ -32,13 +34,7 @@ pub struct GroupManager {
     pub cache_hit_alignment: u64,
     /// The admission cap of a windowed group (peak reservation).
     pub admission_cap: Option<u64>,
-    pub(crate) tables: Tables,
-    /// Membership means "already running, no new hits possible" (§3.1).
-    pub(crate) num_cached: ReqMap<usize>,
-    // Mamba "align" bookkeeping (§3.6).
-    pub(crate) allocated: ReqMap<()>,
-    pub(crate) last_state_idx: ReqMap<usize>,
-    pub(crate) num_retired: ReqMap<usize>,
+    /// Mamba: the keys cached this step (§3.6).
     pub(crate) cached_this_step: FastSet<BlockKey>,
     /// A deliberate slip (issue 19), off in every real run.
     pub(crate) slip: Option<ManagerSlip>,
@@ -50,11 +46,6 @@ reuse_clone!(GroupManager {
     enable_caching,
     cache_hit_alignment,
     admission_cap,
-    tables,
-    num_cached,
-    allocated,
-    last_state_idx,
-    num_retired,
     cached_this_step,
     slip
 });
@@ -79,11 +70,6 @@ impl GroupManager {
             enable_caching,
             cache_hit_alignment: spec.block_size,
             admission_cap,
-            tables: Tables::default(),
-            num_cached: ReqMap::default(),
-            allocated: ReqMap::default(),
-            last_state_idx: ReqMap::default(),
-            num_retired: ReqMap::default(),
             cached_this_step: FastSet::default(),
             slip: None,
         }
@@ -95,11 +81,6 @@ impl GroupManager {
         (self.group_id, self.spec, self.enable_caching) = (group_id, spec, enable_caching);
         self.cache_hit_alignment = spec.block_size;
         self.admission_cap = admission_cap;
-        self.tables.reset();
-        self.num_cached.clear();
-        self.allocated.clear();
-        self.last_state_idx.clear();
-        self.num_retired.clear();
         self.cached_this_step.clear();
         self.slip = None;
     }
@@ -119,52 +100,22 @@ impl GroupManager {
         )
     }
 
-    /// The request's whole table for this group (nulls included); empty if unknown.
-    #[inline]
-    pub fn table(&self, req: ReqId) -> &[u32] {
-        self.tables.get(&req).map_or(&[], Vec::as_slice)
-    }
-
-    /// The request's table and a stamp that changes whenever the table may have
-    /// (`None` without a table).
-    pub fn table_stamped(&self, req: ReqId) -> (&[u32], Option<u64>) {
-        self.tables.stamped(&req)
-    }
-
-    /// Whether the request's cached blocks are tracked.
-    pub fn tracks_cached(&self, req: ReqId) -> bool {
-        self.num_cached.contains_key(&req)
-    }
-
     /// `num_blocks_to_allocate` offered no hits, outside Mamba "align" (whose needs
     /// follow other rules), and whether the request has a table here. With no hits
     /// nothing is evictable, and Mamba's "cached this step" sentinel needs a hit.
     #[inline]
-    pub(crate) fn need_without_hits(&self, req: ReqId, num_tokens: u64, total_computed: u64) -> (i64, bool) {
+    pub(crate) fn need_without_hits(&self, st: &GroupReq, num_tokens: u64, total_computed: u64) -> (i64, bool) {
         debug_assert!(!self.is_mamba_align());
         let bs = self.bs();
         let required = cdiv(num_tokens as i64, bs);
-        let table = self.tables.get(&req);
-        let held = table.map_or(0, Vec::len) as i64;
-        let need = if self.num_cached.contains_key(&req) {
+        let held = st.blocks.len() as i64;
+        let need = if st.num_cached.is_some() {
             required - held
         } else {
             let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
             required - skipped_blocks.max(held)
         };
-        (need.max(0), table.is_some())
-    }
-
-    /// Blocks of the request already cached.
-    pub fn num_cached_blocks(&self, req: ReqId) -> Option<usize> {
-        self.num_cached.get(&req).copied()
-    }
-
-    /// Live request ids with a table in this group (sorted, for checks).
-    pub fn request_ids(&self) -> Vec<ReqId> {
-        let mut v: Vec<ReqId> = self.tables.keys().collect();
-        v.sort_unstable();
-        v
+        (need.max(0), st.has_table)
     }
 
     fn evictable(pool: &BlockPool, hits: &[u32]) -> i64 {
@@ -173,12 +124,13 @@ impl GroupManager {
             .count() as i64
     }
 
-    /// `get_num_blocks_to_allocate` (§3.2, Mamba §3.6). May be negative for Mamba.
+    /// `get_num_blocks_to_allocate` (§3.2, Mamba §3.6) for the request's entry `st`.
+    /// May be negative for Mamba.
     #[allow(clippy::too_many_arguments)]
     pub fn num_blocks_to_allocate(
         &self,
         pool: &BlockPool,
-        req: ReqId,
+        st: &GroupReq,
         num_tokens: u64,
         hits: &[u32],
         total_computed: u64,
@@ -196,7 +148,7 @@ impl GroupManager {
                 }
             }
             if mamba_cache_mode == MambaMode::Align {
-                return self.mamba_num_blocks_to_allocate(pool, req, hits, num_tokens_main_model);
+                return self.mamba_num_blocks_to_allocate(pool, st, hits, num_tokens_main_model);
             }
         }
         let bs = self.bs();
@@ -206,8 +158,8 @@ impl GroupManager {
                 required = required.min(cap as i64);
             }
         }
-        let held = self.table(req).len() as i64;
-        if self.num_cached.contains_key(&req) {
+        let held = st.blocks.len() as i64;
+        if st.num_cached.is_some() {
             return (required - held).max(0);
         }
         let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
@@ -222,7 +174,7 @@ impl GroupManager {
     pub fn add_local_computed_blocks(
         &mut self,
         pool: &mut BlockPool,
-        req: ReqId,
+        (req, st, log): (ReqId, &mut GroupReq, &mut TableLog),
         hits: &[u32],
         num_local_computed: u64,
     ) {
@@ -236,48 +188,40 @@ impl GroupManager {
         if self.enable_caching {
             pool.touch(kept);
         }
-        let table = self.tables.entry(req);
-        debug_assert!(table.is_empty());
-        table.extend(std::iter::repeat_n(NULL_BLOCK, skipped));
-        table.extend_from_slice(kept);
-        let len = table.len();
-        self.num_cached.insert(req, len);
+        log.touch(self.group_id, req, st);
+        st.has_table = true;
+        debug_assert!(st.blocks.is_empty());
+        st.blocks.extend(std::iter::repeat_n(NULL_BLOCK, skipped));
+        st.blocks.extend_from_slice(kept);
+        st.num_cached = Some(st.blocks.len());
     }
 
-    /// `allocate_new_blocks`: grow the table to cover `num_tokens` slots.
-    pub fn allocate_new_blocks(
-        &mut self,
-        pool: &mut BlockPool,
-        req: ReqId,
-        num_tokens: u64,
-        num_tokens_main_model: u64,
-    ) -> Result<Vec<u32>, PoolError> {
-        let mut out = Vec::new();
-        self.allocate_new_blocks_into(pool, req, num_tokens, num_tokens_main_model, &mut out)?;
-        Ok(out)
-    }
-
-    /// `allocate_new_blocks`, appending the returned blocks to `out`.
+    /// `allocate_new_blocks`: grow the table to cover `num_tokens` slots, appending
+    /// the returned blocks to `out`. Inlined into the loop over the groups.
+    #[inline(always)]
     pub fn allocate_new_blocks_into(
         &mut self,
         pool: &mut BlockPool,
-        req: ReqId,
+        (req, st, log): (ReqId, &mut GroupReq, &mut TableLog),
         num_tokens: u64,
         num_tokens_main_model: u64,
         out: &mut Vec<u32>,
     ) -> Result<(), PoolError> {
         if self.is_mamba_align() {
-            return self.mamba_allocate_new_blocks(pool, req, num_tokens_main_model, out);
+            return self.mamba_allocate_new_blocks(pool, (req, st, log), num_tokens_main_model, out);
         }
-        let held = self.tables.get(&req).map(Vec::len);
-        let new = cdiv(num_tokens as i64, self.spec.block_size as i64) - held.unwrap_or(0) as i64;
+        let new = cdiv(num_tokens as i64, self.spec.block_size as i64) - st.blocks.len() as i64;
         if new <= 0 {
-            if held.is_none() {
-                self.tables.entry(req); // vLLM's defaultdict makes the empty table
+            if !st.has_table {
+                // vLLM's defaultdict makes the empty table.
+                log.touch(self.group_id, req, st);
+                st.has_table = true;
             }
             return Ok(());
         }
-        let table = self.tables.entry(req);
+        log.touch(self.group_id, req, st);
+        st.has_table = true;
+        let table = &mut st.blocks;
         let start = table.len();
         pool.get_new_blocks_into(new as usize, table)?;
         // Usually one new block: a push, not a memcpy call.
@@ -296,36 +240,44 @@ impl GroupManager {
         &mut self,
         pool: &mut BlockPool,
         request: &Request,
+        st: &mut GroupReq,
         num_tokens: u64,
         hash_block_size: u64,
     ) -> Result<(), PoolError> {
-        let (before, full) = self.blocks_to_cache(request, num_tokens, hash_block_size);
+        let (before, full) = self.blocks_to_cache(st.num_cached, request, num_tokens, hash_block_size);
         // `caches_nothing`'s test, on the values already at hand.
         if before >= full && !self.caches_partial_tail(hash_block_size) {
             return Ok(());
         }
-        self.cache_new_blocks(pool, request, num_tokens, hash_block_size, before, full)
+        self.cache_new_blocks(pool, request, st, num_tokens, hash_block_size, before, full)
     }
 
     /// `cache_blocks` past its early return: blocks `before..full` of the table are new.
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn cache_new_blocks(
         &mut self,
         pool: &mut BlockPool,
         request: &Request,
+        st: &mut GroupReq,
         num_tokens: u64,
         hash_block_size: u64,
         before: usize,
         full: usize,
     ) -> Result<(), PoolError> {
-        let req = request.id;
         let bs = self.spec.block_size;
         if before < full {
             let reachable = self.reachable_blocks();
-            let scale = (bs / hash_block_size) as usize;
-            let table = self.tables.get(&req).map_or(&[][..], Vec::as_slice);
+            // Usually one group, or groups of one block size: no division.
+            let scale = if bs == hash_block_size {
+                1
+            } else {
+                (bs / hash_block_size) as usize
+            };
+            let table = st.blocks.as_slice();
             let end = full.min(table.len());
-            for (i, &blk) in table.iter().enumerate().take(end).skip(before) {
+            let new = table.get(before..end).unwrap_or(&[]);
+            for (i, &blk) in (before..).zip(new) {
                 if blk == NULL_BLOCK || reachable.is_some_and(|(per, need)| i % per < per - need) {
                     continue;
                 }
@@ -337,10 +289,9 @@ impl GroupManager {
                 };
                 pool.cache_full_block(key, blk, (i as u64 + 1) * bs)?;
             }
-            self.num_cached.insert(req, full);
+            st.num_cached = Some(full);
             if matches!(self.spec.kind, GroupKind::Mamba { .. }) {
-                for i in before..end {
-                    let blk = self.table(req)[i];
+                for &blk in new {
                     if blk != NULL_BLOCK {
                         if let Some(tag) = pool.block_hash(blk) {
                             self.cached_this_step.insert(tag.key);
@@ -354,15 +305,22 @@ impl GroupManager {
         // Mamba's own partial tail is a no-op when its block equals the hash block,
         // which kvtrace/1 requires.
         if self.caches_partial_tail(hash_block_size) {
-            self.cache_partial_tail_block(pool, request, num_tokens, hash_block_size);
+            self.cache_partial_tail_block(pool, request, st.table().unwrap_or(&[]), num_tokens, hash_block_size);
         }
         Ok(())
     }
 
-    /// The request's blocks already registered and those full after `num_tokens`:
-    /// `cache_blocks` registers the ones between.
-    fn blocks_to_cache(&self, request: &Request, num_tokens: u64, hash_block_size: u64) -> (usize, usize) {
-        let before = self.num_cached.get(&request.id).copied().unwrap_or(0);
+    /// The request's blocks already registered (`num_cached`) and those full after
+    /// `num_tokens`: `cache_blocks` registers the ones between.
+    #[inline]
+    fn blocks_to_cache(
+        &self,
+        num_cached: Option<usize>,
+        request: &Request,
+        num_tokens: u64,
+        hash_block_size: u64,
+    ) -> (usize, usize) {
+        let before = num_cached.unwrap_or(0);
         let hashed = request.block_hashes.len() as u64 * hash_block_size;
         (before, (num_tokens.min(hashed) / self.spec.block_size) as usize)
     }
@@ -373,18 +331,30 @@ impl GroupManager {
 
     /// `cache_blocks(request, num_tokens)` would change nothing (no block newly full, no
     /// partial tail to register): what the exhaustive search asks before copying a state.
-    pub(crate) fn caches_nothing(&self, request: &Request, num_tokens: u64, hash_block_size: u64) -> bool {
-        let (before, full) = self.blocks_to_cache(request, num_tokens, hash_block_size);
+    pub(crate) fn caches_nothing(
+        &self,
+        num_cached: Option<usize>,
+        request: &Request,
+        num_tokens: u64,
+        hash_block_size: u64,
+    ) -> bool {
+        let (before, full) = self.blocks_to_cache(num_cached, request, num_tokens, hash_block_size);
         before >= full && !self.caches_partial_tail(hash_block_size)
     }
 
-    fn cache_partial_tail_block(&self, pool: &mut BlockPool, request: &Request, num_tokens: u64, hbs: u64) {
+    fn cache_partial_tail_block(
+        &self,
+        pool: &mut BlockPool,
+        request: &Request,
+        table: &[u32],
+        num_tokens: u64,
+        hbs: u64,
+    ) {
         let limit = request.num_prompt_tokens.saturating_sub(1);
         let boundary = (limit / hbs).min(request.block_hashes.len() as u64) * hbs;
         if boundary == 0 || boundary > num_tokens || boundary.is_multiple_of(self.spec.block_size) {
             return;
         }
-        let table = self.table(request.id);
         let idx = (boundary / self.spec.block_size) as usize;
         let Some(&blk) = table.get(idx) else { return };
         let hash = request.block_hashes[(boundary / hbs) as usize - 1];
@@ -417,89 +387,118 @@ impl GroupManager {
         Some((per_segment, need))
     }
 
-    /// `remove_skipped_blocks`: free blocks that left the window (§3.2).
-    #[inline]
-    pub fn remove_skipped_blocks(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
-        // Full attention and MLA skip no token: nothing ever leaves their tables, and
-        // every allocation asks every group, so they return before the call.
-        if !matches!(self.spec.kind, GroupKind::FullAttention | GroupKind::Mla) {
-            self.remove_skipped_blocks_windowed(pool, req, processed);
+    /// `remove_skipped_blocks`: free blocks that left the window (§3.2). Inlined up to
+    /// the usual outcome: full attention and MLA skip no token, and a window or chunk
+    /// whose last skipped block is already null has nothing left to free (freeing
+    /// stops at the first null from the right).
+    #[inline(always)]
+    pub fn remove_skipped_blocks(
+        &mut self,
+        pool: &mut BlockPool,
+        (req, st, log): (ReqId, &mut GroupReq, &mut TableLog),
+        processed: u64,
+    ) {
+        match self.spec.kind {
+            GroupKind::FullAttention | GroupKind::Mla => {}
+            GroupKind::SlidingWindow { .. } | GroupKind::ChunkedLocal { .. } if self.slip.is_none() => {
+                let skipped = self.spec.kind.skipped_tokens(processed as i64);
+                // A request without a table has no blocks: n is 0.
+                let n = ((skipped.max(0) as u64 / self.spec.block_size) as usize).min(st.blocks.len());
+                if n > 0 && st.blocks[n - 1] != NULL_BLOCK {
+                    self.remove_blocks_in_range(pool, (req, st, log), 0, n);
+                }
+            }
+            _ => self.remove_skipped_blocks_windowed(pool, (req, st, log), processed),
         }
     }
 
-    fn remove_skipped_blocks_windowed(&mut self, pool: &mut BlockPool, req: ReqId, processed: u64) {
+    fn remove_skipped_blocks_windowed(
+        &mut self,
+        pool: &mut BlockPool,
+        (req, st, log): (ReqId, &mut GroupReq, &mut TableLog),
+        processed: u64,
+    ) {
         if self.slip == Some(ManagerSlip::AlignStatesKept) && self.is_mamba_align() {
             return;
         }
         let skipped = self.spec.kind.skipped_tokens(processed as i64);
-        if skipped > 0 {
-            if let Some(table) = self.tables.get(&req) {
-                let mut n = ((skipped / self.bs()) as usize).min(table.len());
-                if self.slip == Some(ManagerSlip::WindowEdgeKept) {
-                    n = n.saturating_sub(1);
-                }
-                self.remove_blocks_in_range(pool, req, 0, n);
+        if skipped > 0 && st.has_table {
+            let mut n = ((skipped / self.bs()) as usize).min(st.blocks.len());
+            if self.slip == Some(ManagerSlip::WindowEdgeKept) {
+                n = n.saturating_sub(1);
             }
+            self.remove_blocks_in_range(pool, (req, &mut *st, &mut *log), 0, n);
         }
         if self.is_mamba_align() {
-            self.mamba_retire_last_state(pool, req, processed);
+            self.mamba_retire_last_state(pool, (req, st, log), processed);
         }
     }
 
-    fn remove_blocks_in_range(&mut self, pool: &mut BlockPool, req: ReqId, first: usize, last: usize) {
+    fn remove_blocks_in_range(
+        &mut self,
+        pool: &mut BlockPool,
+        (req, st, log): (ReqId, &mut GroupReq, &mut TableLog),
+        first: usize,
+        last: usize,
+    ) {
         if self.is_mamba_align() {
-            return self.mamba_remove_blocks_in_range(pool, req, first, last);
+            return self.mamba_remove_blocks_in_range(pool, (req, st, log), first, last);
         }
-        let Some(table) = self.tables.get(&req) else { return };
-        let last = last.min(table.len());
-        // Freeing stops at the first null from the right: nothing to do if the range
-        // ends in one (the usual case: those blocks left the window earlier).
-        if first >= last || table[last - 1] == NULL_BLOCK {
+        if !st.has_table {
             return;
         }
-        let table = self.tables.get_mut(&req).expect("checked above");
+        let last = last.min(st.blocks.len());
+        // Freeing stops at the first null from the right: nothing to do if the range
+        // ends in one (the usual case: those blocks left the window earlier).
+        if first >= last || st.blocks[last - 1] == NULL_BLOCK {
+            return;
+        }
+        log.touch(self.group_id, req, st);
+        let table = &mut st.blocks;
         pool.free_blocks((first..last).rev().map_while(|i| {
             let b = std::mem::replace(&mut table[i], NULL_BLOCK);
             (b != NULL_BLOCK).then_some(b)
         }));
     }
 
-    /// `pop_blocks_for_free`: the table without its leading nulls (0.33 `trim_null_head`).
-    pub fn pop_blocks_for_free(&mut self, req: ReqId) -> Vec<u32> {
-        let mut table = self.forget(req);
-        let head = table.iter().take_while(|&&b| b == NULL_BLOCK).count();
-        table.drain(..head);
-        table
+    /// `pop_blocks_for_free`: the table without its leading nulls (0.33 `trim_null_head`),
+    /// appended to `out`; the request leaves every dict.
+    pub fn pop_blocks_for_free(&mut self, (req, st, log): (ReqId, &mut GroupReq, &mut TableLog), out: &mut Vec<u32>) {
+        let head = st.blocks.iter().take_while(|&&b| b == NULL_BLOCK).count();
+        out.extend_from_slice(&st.blocks[head..]);
+        log.touch(self.group_id, req, st);
+        st.forget();
     }
 
-    /// `free`: the table tail-first.
-    pub fn free(&mut self, pool: &mut BlockPool, req: ReqId) {
-        let table = self.forget(req);
-        let head = table.iter().take_while(|&&b| b == NULL_BLOCK).count();
-        pool.free_blocks(table[head..].iter().rev().copied());
-        self.tables.recycle(table);
+    /// `free`: the table tail-first; the request leaves every dict.
+    pub fn free(&mut self, pool: &mut BlockPool, (req, st, log): (ReqId, &mut GroupReq, &mut TableLog)) {
+        let head = st.blocks.iter().take_while(|&&b| b == NULL_BLOCK).count();
+        pool.free_blocks(st.blocks[head..].iter().rev().copied());
+        log.touch(self.group_id, req, st);
+        st.forget();
     }
 
-    /// Drop every trace of the request; returns its table.
-    fn forget(&mut self, req: ReqId) -> Vec<u32> {
-        self.num_cached.remove(&req);
-        if self.is_mamba_align() {
-            self.allocated.remove(&req);
-            self.last_state_idx.remove(&req);
-            self.num_retired.remove(&req);
-        }
-        self.tables.remove(&req).unwrap_or_default()
+    /// Mamba's "cached this step" keys in a canonical order (`state_text`).
+    #[cfg(test)]
+    pub(crate) fn cached_this_step_sorted(&self) -> Vec<BlockKey> {
+        let mut step: Vec<BlockKey> = self.cached_this_step.iter().copied().collect();
+        step.sort_unstable();
+        step
     }
 
-    /// `new_step_starts`: Mamba forgets which states were cached this step.
+    /// `new_step_starts`: Mamba forgets which states were cached this step (other
+    /// kinds never note any: nothing to clear).
+    #[inline]
     pub fn new_step_starts(&mut self) {
-        self.cached_this_step.clear();
+        if !self.cached_this_step.is_empty() {
+            self.cached_this_step.clear();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{cdiv, GroupManager};
+    use super::{cdiv, GroupManager, GroupReq, TableLog};
     use crate::kv::{BlockPool, GroupKind, GroupSpec};
 
     #[test]
@@ -519,15 +518,20 @@ mod tests {
         };
         let mut pool = BlockPool::new(8, true);
         let mut m = GroupManager::new(0, spec, true, None);
+        let (mut st, mut log) = (GroupReq::default(), TableLog::default());
         let hits = pool.get_new_blocks(2).unwrap();
-        assert!(!m.tracks_cached(7), "nothing adopted yet");
-        m.add_local_computed_blocks(&mut pool, 7, &hits, 8);
-        assert!(m.tracks_cached(7), "the hits are the request's cached blocks");
-        assert_eq!((m.table(7), m.num_cached_blocks(7)), (&hits[..], Some(2)));
+        assert!(st.num_cached.is_none(), "nothing adopted yet");
+        m.add_local_computed_blocks(&mut pool, (7, &mut st, &mut log), &hits, 8);
+        assert_eq!(st.num_cached, Some(2), "the hits are the request's cached blocks");
+        assert_eq!(st.table(), Some(&hits[..]));
         // A tracked request needs only what its table lacks: the hits are not counted again.
-        assert_eq!(m.num_blocks_to_allocate(&pool, 7, 12, &hits, 8, 12, false), 1);
-        m.free(&mut pool, 7);
-        assert!(!m.tracks_cached(7), "a freed request is forgotten");
-        assert_eq!(m.num_cached_blocks(7), None);
+        assert_eq!(m.num_blocks_to_allocate(&pool, &st, 12, &hits, 8, 12, false), 1);
+        m.free(&mut pool, (7, &mut st, &mut log));
+        assert_eq!(
+            (st.num_cached, st.table()),
+            (None, None),
+            "a freed request is forgotten"
+        );
+        assert!(hits.iter().all(|&b| pool.ref_cnt(b) == 1), "its references are dropped");
     }
 }

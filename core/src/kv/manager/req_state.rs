@@ -1,0 +1,162 @@
+//! Each request's state in every cache group, kept request-major. vLLM keeps one dict
+//! per group manager (`req_to_blocks`, `num_cached_block`, Mamba's bookkeeping); here
+//! one lookup finds a request's entries in all of them, so an op on a request looks it
+//! up once instead of once per group and dict. A freed request's entries (their table
+//! storage included) go to the next request: tables stop regrowing from scratch.
+//!
+//! Every change to a table bumps one version and stamps the table with it, so an
+//! observer can tell which tables may have changed (`TableLog::touch`).
+
+use crate::kv::changes::TableChanges;
+use crate::kv::req_map::ReqMap;
+use crate::kv::request::ReqId;
+
+/// One request's entries in one group's dicts.
+#[derive(Debug, Default)]
+pub struct GroupReq {
+    /// `req_to_blocks[req]` (nulls included) when `has_table`; empty otherwise.
+    pub(crate) blocks: Vec<u32>,
+    /// `req_to_blocks` has the request (vLLM's defaultdict makes even an empty table).
+    pub(crate) has_table: bool,
+    /// `num_cached_block[req]`: present means "already running, no new hits possible" (§3.1).
+    pub(crate) num_cached: Option<usize>,
+    /// The log's version when the table last changed (meaningful while `has_table`).
+    pub(crate) stamp: u64,
+    // Mamba "align" bookkeeping (§3.6).
+    pub(crate) allocated: bool,
+    pub(crate) last_state_idx: Option<usize>,
+    pub(crate) num_retired: Option<usize>,
+}
+
+reuse_clone!(GroupReq {
+    blocks,
+    has_table,
+    num_cached,
+    stamp,
+    allocated,
+    last_state_idx,
+    num_retired
+});
+
+impl GroupReq {
+    /// The table, if the group has one for the request.
+    #[inline]
+    pub fn table(&self) -> Option<&[u32]> {
+        self.has_table.then_some(self.blocks.as_slice())
+    }
+
+    /// Leave every dict (`free`): the table's storage stays for reuse.
+    pub(crate) fn forget(&mut self) {
+        self.blocks.clear();
+        self.has_table = false;
+        self.num_cached = None;
+        self.allocated = false;
+        self.last_state_idx = None;
+        self.num_retired = None;
+    }
+}
+
+/// The tables' version and change log.
+#[derive(Debug, Default)]
+pub struct TableLog {
+    version: u64,
+    /// (group, request) whose table may have changed since a watcher last looked.
+    pub(crate) changes: TableChanges,
+}
+
+reuse_clone!(TableLog { version, changes });
+
+impl TableLog {
+    /// Group `group`'s table of `req` (its entry `st`) is about to change.
+    #[inline]
+    pub fn touch(&mut self, group: u32, req: ReqId, st: &mut GroupReq) {
+        self.version += 1;
+        st.stamp = self.version;
+        self.changes.table(group, req);
+    }
+
+    /// Changes whenever any table may have.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+}
+
+/// Every request's entries, one per group.
+#[derive(Debug, Default)]
+pub struct ReqStates {
+    map: ReqMap<Vec<GroupReq>>,
+    /// Entries of freed requests, kept for their tables' storage.
+    spare: Vec<Vec<GroupReq>>,
+    /// Groups in the model: the length of every entry list.
+    groups: usize,
+    pub(crate) log: TableLog,
+}
+
+reuse_clone!(ReqStates {
+    map,
+    spare,
+    groups,
+    log
+});
+
+impl ReqStates {
+    /// The request's entries (one per group), if it has any.
+    #[inline]
+    pub fn get(&self, req: ReqId) -> Option<&[GroupReq]> {
+        self.map.get(&req).map(Vec::as_slice)
+    }
+
+    /// Group `g`'s entry of the request, if any.
+    #[inline]
+    pub fn group(&self, g: usize, req: ReqId) -> Option<&GroupReq> {
+        self.get(req).map(|s| &s[g])
+    }
+
+    /// The request's entries, mutably, and the log, if it has any.
+    #[inline]
+    pub fn get_mut(&mut self, req: ReqId) -> Option<(&mut [GroupReq], &mut TableLog)> {
+        let log = &mut self.log;
+        self.map.get_mut(&req).map(|s| (s.as_mut_slice(), log))
+    }
+
+    /// The request's entries (empty ones, from a spare, if it had none) and the log.
+    #[inline]
+    pub fn entry(&mut self, req: ReqId) -> (&mut [GroupReq], &mut TableLog) {
+        let (spare, groups, log) = (&mut self.spare, self.groups, &mut self.log);
+        let s = self.map.get_or_insert_with(req, || {
+            let mut s = spare.pop().unwrap_or_default();
+            s.resize_with(groups, GroupReq::default);
+            s
+        });
+        (s.as_mut_slice(), log)
+    }
+
+    /// Take the request's entries out (to free them); `recycle` hands them back.
+    #[inline]
+    pub fn remove(&mut self, req: ReqId) -> Option<Vec<GroupReq>> {
+        self.map.remove(&req)
+    }
+
+    /// Keep a removed request's entries for the next request, every one of them
+    /// already forgotten (`GroupReq::forget`).
+    pub fn recycle(&mut self, s: Vec<GroupReq>) {
+        debug_assert!(s.iter().all(|g| g.table().is_none() && g.num_cached.is_none()));
+        self.spare.push(s);
+    }
+
+    /// Become empty for a model of `groups` groups, keeping every table's storage.
+    pub fn reset(&mut self, groups: usize) {
+        let spare = &mut self.spare;
+        self.map.drain_into(|mut s| {
+            s.iter_mut().for_each(GroupReq::forget);
+            spare.push(s);
+        });
+        self.groups = groups;
+        self.log = TableLog::default();
+    }
+
+    /// Requests with entries (possibly all empty), in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = ReqId> + '_ {
+        self.map.keys()
+    }
+}
