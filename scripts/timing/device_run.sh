@@ -46,6 +46,8 @@ u-chain|unseen-chain.chain||2
 b-swa|blind-swa.native||3
 b-mamba|blind-mamba.native||3
 b-chain|blind-chain.chain||2
+b-swa.ops|blind-swa.native|--time-ops|2
+b-chain.ops|blind-chain.chain|--time-ops|2
 "
 
 want=" $* "
