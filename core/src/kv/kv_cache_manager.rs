@@ -308,14 +308,10 @@ impl KvCacheManager {
         }
         let num_local_computed = req.num_computed_tokens + hit_tokens;
         let total_computed = num_local_computed.min(self.config.max_model_len);
-        let watermark = if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
-            self.config.watermark_blocks as i64
-        } else {
-            0
-        };
+        let watermark = self.watermark(req);
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
-        let cache = self.cacheable((total_computed + a.num_new_tokens).min(req.num_tokens()));
+        let cache = self.cacheable(main.min(req.num_tokens()));
         // Blocks that left the window are freed before the capacity check, even if
         // the allocation then fails (§5.3 step 8; kvtrace-format.md §6.4).
         let in_flight = if self.slip == Some(super::ManagerSlip::InFlightIgnored) {
@@ -381,16 +377,13 @@ impl KvCacheManager {
     ) -> Result<bool, PoolError> {
         // `allocate_with_hits`'s steps with no hits: the same values, fewer of them.
         let total_computed = req.num_computed_tokens.min(self.config.max_model_len);
-        let watermark = if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
-            self.config.watermark_blocks as i64
-        } else {
-            0
-        };
+        let watermark = self.watermark(req);
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
-        let cache = self.cacheable(main.min(req.num_tokens()));
-        let cached_now = cache.filter(|_| !a.delay_cache_blocks);
+        let cached_now = self
+            .cacheable(main.min(req.num_tokens()))
+            .filter(|_| !a.delay_cache_blocks);
         if let Some(states) = self.reqs.get(req.id).filter(|_| super::shortcuts::on()) {
             if let Some(need) = steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now) {
                 // Nothing to trim, allocate or cache: the capacity check's answer is all.
@@ -398,8 +391,7 @@ impl KvCacheManager {
                 if need + watermark > available {
                     return Ok(false);
                 }
-                new_blocks.resize_with(self.groups.len(), Vec::new);
-                new_blocks.iter_mut().for_each(Vec::clear);
+                no_new_blocks(self.groups.len(), new_blocks);
                 return Ok(true);
             }
         }
@@ -429,15 +421,23 @@ impl KvCacheManager {
         if need > 0 || !all_tables || mamba_align {
             allocate_groups(groups, pool, (req.id, states, log), need_slot, main, new_blocks)?;
         } else {
-            new_blocks.resize_with(groups.len(), Vec::new);
-            new_blocks.iter_mut().for_each(Vec::clear);
+            no_new_blocks(groups.len(), new_blocks);
         }
-        if !a.delay_cache_blocks {
-            if let Some((n, hbs)) = cache {
-                cache_groups(groups, pool, states, req, n, hbs)?;
-            }
+        if let Some((n, hbs)) = cached_now {
+            cache_groups(groups, pool, states, req, n, hbs)?;
         }
         Ok(true)
+    }
+
+    /// The free blocks an admission must leave: the watermark for a request not yet
+    /// running (waiting or preempted), none for a running one.
+    #[inline(always)]
+    fn watermark(&self, req: &Request) -> i64 {
+        if matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted) {
+            self.config.watermark_blocks as i64
+        } else {
+            0
+        }
     }
 
     /// `cache_blocks`: register full blocks up to `num_computed_tokens`.
@@ -689,6 +689,13 @@ fn num_blocks_to_allocate(
             m.num_blocks_to_allocate(pool, st, num_tokens, h, total_computed, main, cap)
         })
         .sum()
+}
+
+/// `new_blocks` as a step that allocates nothing leaves it: one empty list per group.
+#[inline(always)]
+fn no_new_blocks(groups: usize, new_blocks: &mut Vec<Vec<u32>>) {
+    new_blocks.resize_with(groups, Vec::new);
+    new_blocks.iter_mut().for_each(Vec::clear);
 }
 
 /// Each group's `allocate_new_blocks`, its new blocks into its list of `new_blocks`.
