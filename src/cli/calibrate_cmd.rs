@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{read_file, say, CliError};
 use kvsim_sim::cost::bands::{bands, ranges, Calibration};
 use kvsim_sim::cost::families::family_residuals;
-use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, RowKind, Sample};
+use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, FitOptions, RowKind, Sample};
 use kvsim_sim::cost::load_profile;
 use kvsim_sim::cost::results::read_gpu_results_with;
 use kvsim_sim::output::write_atomic;
@@ -36,6 +36,10 @@ pub struct CalibrateArgs {
     /// Most fitting iterations (each re-simulates every run).
     #[arg(long, default_value_t = 60)]
     pub iterations: usize,
+    /// Weigh decode-only steps (what a benchmark point retains) as much as all steps with
+    /// prefill together; without it every step weighs the same.
+    #[arg(long)]
+    pub balance_steps: bool,
     /// Plans of the results (repeatable): results of a matching plan are described anew with
     /// this kvsim's model (needed for results made by an older description version).
     #[arg(long)]
@@ -111,7 +115,13 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             profile.params.host_work_token_ns = token;
         }
     }
-    let report = calibrate(&samples, &profile.params, a.prior, a.iterations, &free);
+    let options = FitOptions {
+        prior: a.prior,
+        max_iterations: a.iterations,
+        free: &free,
+        balance_steps: a.balance_steps,
+    };
+    let report = calibrate(&samples, &profile.params, &options);
     profile.params = report.params.clone();
     profile.name = a.name.clone();
     profile.description = format!(
@@ -139,6 +149,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "fitted_on": fitted_on,
         "start": a.start,
         "prior": a.prior,
+        "balance_steps": a.balance_steps,
         "iterations": report.iterations,
         "rows": report.rows,
         "mape_before_pct": report.before.iter().cloned().collect::<BTreeMap<_, _>>(),

@@ -11,7 +11,7 @@ use kvsim_core::fpm::scenarios::find_scenario;
 use kvsim_core::plan::Plan;
 use kvsim_sim::cost::compare::{compare_pair, mape_points, worst};
 use kvsim_sim::cost::desc::{AttnDesc, Family, OpDesc, StepDesc, DESC_VERSION};
-use kvsim_sim::cost::fit::{calibrate, mape, nnls_normal, rows, Measured, RowKind, Sample};
+use kvsim_sim::cost::fit::{calibrate, mape, nnls_normal, rows, FitOptions, Measured, RowKind, Sample};
 use kvsim_sim::cost::results::{read_gpu_results, read_prediction};
 use kvsim_sim::cost::{
     describe_plan, load_profile, predict, run_json, simulate, HostWork, Params, Profile, RunOptions, RunShape,
@@ -182,6 +182,17 @@ fn sample_of(plan: &Plan, time_ops: bool, truth: &Params) -> Sample {
     }
 }
 
+/// The fit the recovery tests use: a weak prior, every step weighing the same.
+fn fit(samples: &[Sample], start: &Params, free: &[bool]) -> kvsim_sim::cost::fit::FitReport {
+    let options = FitOptions {
+        prior: 1e-4,
+        max_iterations: 80,
+        free,
+        balance_steps: false,
+    };
+    calibrate(samples, start, &options)
+}
+
 #[test]
 fn calibration_recovers_known_parameters_from_synthetic_measurements() {
     let plan = sweep_plan("inkling-tp4");
@@ -189,7 +200,7 @@ fn calibration_recovers_known_parameters_from_synthetic_measurements() {
     let samples = vec![sample_of(&plan, true, &truth), sample_of(&plan, false, &truth)];
     let start = Params::h200();
     let before = mape(&rows(&samples, &start), None).unwrap();
-    let report = calibrate(&samples, &start, 1e-4, 80, &[true; Params::NAMES.len()]);
+    let report = fit(&samples, &start, &[true; Params::NAMES.len()]);
     let after = rows(&samples, &report.params);
     let m = mape(&after, None).unwrap();
     assert!(before > 3.0, "the start is off: {before}");
@@ -538,7 +549,7 @@ fn a_fit_of_named_parameters_moves_only_those() {
         .iter()
         .map(|n| n.starts_with("attn_latent_mma_"))
         .collect();
-    let report = calibrate(&samples, &start, 1e-4, 80, &free);
+    let report = fit(&samples, &start, &free);
     let fitted = report.params.to_vec();
     for ((name, f), s) in Params::NAMES.iter().zip(&fitted).zip(start.to_vec()) {
         if !name.starts_with("attn_latent_mma_") {

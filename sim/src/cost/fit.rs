@@ -157,7 +157,9 @@ pub struct Row {
     pub measured_ns: f64,
     /// The model's linear form of it.
     pub lin: Lin,
-    /// For op rows: what the op launched (`decode`, `moe`, ...); weights balance these.
+    /// For op rows: what the op launched (`decode`, `moe`, ...); weights balance these. For
+    /// step rows: `decode` (decode-only) or `other`, balanced only with
+    /// [`FitOptions::balance_steps`].
     pub op_kind: &'static str,
 }
 
@@ -174,7 +176,7 @@ pub fn rows(samples: &[Sample], params: &Params) -> Vec<Row> {
                     at: (i, 0),
                     measured_ns: *m,
                     lin: lin.clone(),
-                    op_kind: "",
+                    op_kind: step_class(s.steps.get(i)),
                 });
             }
         }
@@ -212,6 +214,14 @@ pub fn rows(samples: &[Sample], params: &Params) -> Vec<Row> {
     out
 }
 
+/// A step row's class: decode-only (what a benchmark point retains) or not.
+fn step_class(step: Option<&StepDesc>) -> &'static str {
+    match step {
+        Some(s) if s.decode_only => "decode",
+        _ => "other",
+    }
+}
+
 /// Mean absolute percentage error of rows (of one kind, or all).
 pub fn mape(rows: &[Row], kind: Option<RowKind>) -> Option<f64> {
     let sel: Vec<&Row> = rows.iter().filter(|r| kind.is_none_or(|k| r.kind == k)).collect();
@@ -228,10 +238,16 @@ pub fn mape(rows: &[Row], kind: Option<RowKind>) -> Option<f64> {
 /// Row weights: every kind of measurement (steps, windows, ops) weighs the same in all, and
 /// within ops every kind of op (decode, MoE, writes, zeroing, ...) weighs the same, so the
 /// thousands of small per-op rows do not drown the steps, the windows and the big kernels.
-fn weights(rows: &[Row]) -> Vec<f64> {
+/// With `balance_steps`, decode-only steps and steps with prefill weigh the same too, so the
+/// many long warm-up prefills do not decide the short decode steps' fixed costs.
+fn weights(rows: &[Row], balance_steps: bool) -> Vec<f64> {
+    let cell = |r: &Row| match r.kind {
+        RowKind::Step if !balance_steps => "",
+        _ => r.op_kind,
+    };
     let mut cells: BTreeMap<(RowKind, &str), usize> = BTreeMap::new();
     for r in rows {
-        *cells.entry((r.kind, r.op_kind)).or_default() += 1;
+        *cells.entry((r.kind, cell(r))).or_default() += 1;
     }
     let kinds = |k: RowKind| cells.keys().filter(|c| c.0 == k).count().max(1) as f64;
     let present = [RowKind::Step, RowKind::Window, RowKind::Op]
@@ -241,14 +257,15 @@ fn weights(rows: &[Row]) -> Vec<f64> {
         .max(1) as f64;
     let n = rows.len() as f64;
     rows.iter()
-        .map(|r| n / present / kinds(r.kind) / cells[&(r.kind, r.op_kind)] as f64)
+        .map(|r| n / present / kinds(r.kind) / cells[&(r.kind, cell(r))] as f64)
         .collect()
 }
 
-fn loss(rows: &[Row], p: &[f64], start: &[f64], prior: f64) -> f64 {
+fn loss(rows: &[Row], p: &[f64], start: &[f64], o: &FitOptions) -> f64 {
+    let prior = o.prior;
     let data: f64 = rows
         .iter()
-        .zip(weights(rows))
+        .zip(weights(rows, o.balance_steps))
         .map(|(r, w)| w * ((r.lin.eval(p) - r.measured_ns) / r.measured_ns).powi(2))
         .sum();
     let reg: f64 = p
@@ -275,19 +292,31 @@ pub struct FitReport {
     pub after: Vec<(String, f64)>,
 }
 
+/// How [`calibrate`] fits.
+pub struct FitOptions<'a> {
+    /// Weight of the prior row that keeps each parameter near its starting value.
+    pub prior: f64,
+    /// Most fitting iterations per stage.
+    pub max_iterations: usize,
+    /// One flag per [`Params::NAMES`]: which parameters move.
+    pub free: &'a [bool],
+    /// Decode-only steps and steps with prefill weigh the same (see [`weights`]).
+    pub balance_steps: bool,
+}
+
 /// Fits parameters to the samples' measurements, starting from `start`: first to the per-op
 /// times alone (when there are any: each kernel's own cost, with little host interplay), then
 /// to everything. Only the parameters `free` marks move (one flag per [`Params::NAMES`]); the
 /// others keep their starting values exactly.
-pub fn calibrate(samples: &[Sample], start: &Params, prior: f64, max_iterations: usize, free: &[bool]) -> FitReport {
-    assert_eq!(free.len(), Params::NAMES.len(), "one flag per parameter");
+pub fn calibrate(samples: &[Sample], start: &Params, o: &FitOptions) -> FitReport {
+    assert_eq!(o.free.len(), Params::NAMES.len(), "one flag per parameter");
     let has_ops = rows(samples, start).iter().any(|r| r.kind == RowKind::Op);
     let first = if has_ops {
-        calibrate_rows(samples, start, start, prior, max_iterations, Some(RowKind::Op), free).params
+        calibrate_rows(samples, start, start, Some(RowKind::Op), o).params
     } else {
         start.clone()
     };
-    let mut report = calibrate_rows(samples, &first, start, prior, max_iterations, None, free);
+    let mut report = calibrate_rows(samples, &first, start, None, o);
     report.before = summary(&rows(samples, start));
     report
 }
@@ -313,11 +342,10 @@ fn calibrate_rows(
     samples: &[Sample],
     from: &Params,
     start: &Params,
-    prior: f64,
-    max_iterations: usize,
     only: Option<RowKind>,
-    free: &[bool],
+    o: &FitOptions,
 ) -> FitReport {
+    let (prior, free) = (o.prior, o.free);
     let rows = |s: &[Sample], p: &Params| -> Vec<Row> {
         let mut r = rows(s, p);
         r.retain(|x| only.is_none_or(|k| x.kind == k));
@@ -329,14 +357,14 @@ fn calibrate_rows(
     let before = summary(&first);
     let mut cur = from.to_vec();
     let mut cur_rows = first;
-    let mut cur_loss = loss(&cur_rows, &cur, &p0, prior);
+    let mut cur_loss = loss(&cur_rows, &cur, &p0, o);
     let mut iterations = 0;
-    for _ in 0..max_iterations {
+    for _ in 0..o.max_iterations {
         iterations += 1;
         // Normal equations of the relative-error rows plus the prior rows.
         let mut g = vec![vec![0.0; n]; n];
         let mut c = vec![0.0; n];
-        for (r, w) in cur_rows.iter().zip(weights(&cur_rows)) {
+        for (r, w) in cur_rows.iter().zip(weights(&cur_rows, o.balance_steps)) {
             let sw = w.sqrt();
             // Fixed parameters' time is known: it joins the constant side.
             let fixed: f64 = (0..n).filter(|&j| !free[j]).map(|j| r.lin.coef[j] * cur[j]).sum();
@@ -383,7 +411,7 @@ fn calibrate_rows(
                 trial[j] = cur[j];
             }
             let trial_rows = rows(samples, &Params::from_vec(&trial));
-            let l = loss(&trial_rows, &trial, &p0, prior);
+            let l = loss(&trial_rows, &trial, &p0, o);
             if l < cur_loss * (1.0 - 1e-9) {
                 let gain = (cur_loss - l) / cur_loss.max(1e-300);
                 cur = trial;
@@ -478,5 +506,29 @@ mod tests {
         let x = nnls_normal(&g, &c);
         assert_eq!(x[0], 0.0);
         assert!((x[1] - 2.0).abs() < 1e-9);
+    }
+
+    fn step_row(op_kind: &'static str) -> Row {
+        Row {
+            sample: 0,
+            kind: RowKind::Step,
+            at: (0, 0),
+            measured_ns: 1.0,
+            lin: Lin::zero(),
+            op_kind,
+        }
+    }
+
+    #[test]
+    fn balanced_steps_give_decode_steps_the_weight_of_all_others() {
+        // 2 decode-only steps among 10: alike without balancing; with it, each class sums to
+        // half the weight.
+        let mut rows = vec![step_row("decode"); 2];
+        rows.extend(vec![step_row("other"); 8]);
+        assert!(weights(&rows, false).iter().all(|w| (w - 1.0).abs() < 1e-12));
+        let w = weights(&rows, true);
+        let decode: f64 = w[..2].iter().sum();
+        let other: f64 = w[2..].iter().sum();
+        assert!((decode - other).abs() < 1e-9 && (decode - 5.0).abs() < 1e-9, "{w:?}");
     }
 }
