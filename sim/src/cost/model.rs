@@ -68,7 +68,8 @@ mod ix {
     pub const MOE_WARP_ROW: usize = 44;
     pub const MOE_SM_ELEM: usize = 45;
     pub const MOE_SM_ROW: usize = 46;
-    pub const COUNT: usize = 47;
+    pub const MMA_SPILL_FIRST_ITER: usize = 47;
+    pub const COUNT: usize = 48;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -247,7 +248,9 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 let mut lat = Lin::term(p, ix::ATTN_WAVE, 1.0);
                 lat.add_term(p, iter, a.iters() * a.head_dim_scale());
                 if a.family == Family::Mma {
-                    lat.add_term(p, ix::MMA_SPILL_ITER, a.iters() * a.spilled_dims());
+                    let (first, rest) = (a.iters().min(1.0), (a.iters() - 1.0).max(0.0));
+                    lat.add_term(p, ix::MMA_SPILL_FIRST_ITER, first * a.spilled_dims());
+                    lat.add_term(p, ix::MMA_SPILL_ITER, rest * a.spilled_dims());
                 }
                 if a.nsplit > 1 {
                     lat.add_term(p, ix::ATTN_SPLIT, f64::from(a.nsplit));
@@ -515,6 +518,7 @@ mod tests {
             (ix::MOE_WARP_ROW, "moe_warp_row_ns"),
             (ix::MOE_SM_ELEM, "moe_sm_elem_ns"),
             (ix::MOE_SM_ROW, "moe_sm_row_ns"),
+            (ix::MMA_SPILL_FIRST_ITER, "attn_mma_spill_first_iter_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -559,12 +563,14 @@ mod tests {
         assert!((walk(Family::LatentMma, 576) - 1.0).abs() < 1e-9);
     }
 
-    /// Beyond a head dim of 128 the tensor-core walk also pays the spill term, per iteration
-    /// and per 128 dims beyond 128; smaller head dims and MLA kernels do not.
+    /// Beyond a head dim of 128 the tensor-core walk also pays the spill term, per 128 dims
+    /// beyond 128: its first iteration at its own rate, every further one at the per-iteration
+    /// rate; smaller head dims and MLA kernels do not.
     #[test]
     fn a_tensor_core_walk_beyond_head_dim_128_pays_the_spill_term() {
         let mut params = Params::h200();
         params.attn_mma_spill_iter_ns = 5000.0;
+        params.attn_mma_spill_first_iter_ns = 700.0;
         let p = params.to_vec();
         let walk = |family, head_dim| {
             let op = long_walk(family, head_dim);
@@ -572,15 +578,19 @@ mod tests {
             (
                 t.value - p[ix::GPU_KERNEL] - p[ix::ATTN_WAVE],
                 t.coef[ix::MMA_SPILL_ITER],
+                t.coef[ix::MMA_SPILL_FIRST_ITER],
             )
         };
         let iters = 64.0;
-        let (d256, spill256) = walk(Family::Mma, 256);
-        assert_eq!(spill256, iters);
-        assert!((d256 - iters * (2.0 * p[ix::MMA_ITER] + 5000.0)).abs() < 1e-6, "{d256}");
+        let (d256, spill256, first256) = walk(Family::Mma, 256);
+        assert_eq!((spill256, first256), (iters - 1.0, 1.0));
+        let want = iters * 2.0 * p[ix::MMA_ITER] + 700.0 + (iters - 1.0) * 5000.0;
+        assert!((d256 - want).abs() < 1e-6, "{d256}");
+        let (_, spill512, first512) = walk(Family::Mma, 512);
+        assert_eq!((spill512, first512), (3.0 * (iters - 1.0), 3.0));
         for head_dim in [64, 96, 128] {
-            let (t, spill) = walk(Family::Mma, head_dim);
-            assert_eq!(spill, 0.0);
+            let (t, spill, first) = walk(Family::Mma, head_dim);
+            assert_eq!((spill, first), (0.0, 0.0));
             assert!((t - iters * p[ix::MMA_ITER] * f64::from(head_dim) / 128.0).abs() < 1e-6);
         }
         assert_eq!(walk(Family::LatentMma, 576).1, 0.0);
