@@ -22,6 +22,9 @@ pub struct Provenance {
     mape_before_pct: BTreeMap<String, f64>,
     per_file: Vec<PerFile>,
     prior: f64,
+    /// Decode-only steps weighed as much as all steps with prefill (`--balance-steps`); absent
+    /// in profiles calibrated before the option existed.
+    balance_steps: Option<bool>,
     /// Measurements fitted.
     rows: u64,
     /// The start profile (`--start`).
