@@ -52,6 +52,9 @@ s2-chain|blind2-chain.chain||2
 s3-swa|blind3-swa.native||3
 s3-mamba|blind3-mamba.native||3
 s3-chain|blind3-chain.chain||2
+s4-swa|blind4-swa.native||3
+s4-mamba|blind4-mamba.native||3
+s4-chain|blind4-chain.chain||2
 b-swa.ops|blind-swa.native|--time-ops|2
 b-chain.ops|blind-chain.chain|--time-ops|2
 b-mamba.ops|blind-mamba.native|--time-ops|2
@@ -72,7 +75,7 @@ while IFS='|' read -r name plan flags repeat; do
     timeout 200 $D/kvsim replay $W/$plan.plan.json --backend gpu --warmup 1 --repeat "$repeat" $flags \
       --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
     if [[ "$name" == s[0-9]-* ]]; then grep -v 'µs\|MAPE' $W/$name.log >> $LOG; else cat $W/$name.log >> $LOG; fi
-    # s2-*, s3-* are blind sets: packed apart and kept sealed until predictions are committed.
+    # s2-*, s3-*, s4-* are blind sets: packed apart and kept sealed until predictions are committed.
     tarball=$OUT/results.tar; [[ "$name" == s[0-9]-* ]] && tarball=$OUT/sealed.tar
     [ -f $W/$name.gpu.json ] && gzip -c $W/$name.gpu.json > $W/$name.gpu.json.gz \
       && (cd $W && tar rf "$tarball" $name.gpu.json.gz)
