@@ -427,6 +427,36 @@ mod tests {
         assert_eq!(v["params"]["attn_latent_mma_byte_ns"], serde_json::json!(0.0001));
     }
 
+    /// A file from before the first spill iteration had its own rate: with the per-iteration
+    /// rate it borrows that (same prices, same hash); without either both are 0.
+    #[test]
+    fn a_profile_without_the_first_spill_rate_borrows_the_per_iteration_one() {
+        let mut with_spill = Profile::h200();
+        with_spill.params.attn_mma_spill_iter_ns = 14000.0;
+        with_spill.params.attn_mma_spill_first_iter_ns = 14000.0;
+        let mut v = serde_json::to_value(&with_spill).unwrap();
+        v["params"]
+            .as_object_mut()
+            .unwrap()
+            .remove("attn_mma_spill_first_iter_ns");
+        fill_added_params(&mut v);
+        assert_eq!(v["params"]["attn_mma_spill_first_iter_ns"], serde_json::json!(14000.0));
+        let mut neither = serde_json::to_value(Profile::h200()).unwrap();
+        let params = neither["params"].as_object_mut().unwrap();
+        params.remove("attn_mma_spill_first_iter_ns");
+        params.remove("attn_mma_spill_iter_ns");
+        fill_added_params(&mut neither);
+        assert_eq!(neither["params"]["attn_mma_spill_iter_ns"], serde_json::json!(0.0));
+        assert_eq!(
+            neither["params"]["attn_mma_spill_first_iter_ns"],
+            serde_json::json!(0.0)
+        );
+        // A first-iteration rate of its own is a different profile.
+        let mut without = with_spill.clone();
+        without.params.attn_mma_spill_first_iter_ns = 700.0;
+        assert_ne!(without.hash(), with_spill.hash());
+    }
+
     #[test]
     fn bad_profiles_name_every_problem() {
         let mut p = Profile::h200();
