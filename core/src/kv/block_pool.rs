@@ -54,8 +54,8 @@ pub struct BlockPool {
     /// show of the cache), so that observers re-render only then.
     hash_version: u64,
     free: FreeQueue,
-    /// Reused buffers of `free_blocks` (front and back lists).
-    scratch: (Vec<u32>, Vec<u32>),
+    /// Reused buffer of `free_blocks` (the blocks it prepends).
+    scratch: Vec<u32>,
     /// A deliberate bug, switched on only to show that invariant checks can fail.
     mutant: Option<ModelMutant>,
     /// Cached blocks evicted by allocations so far (a coverage goal).
@@ -104,7 +104,7 @@ impl BlockPool {
             cached: FastMap::default(),
             hash_version: 0,
             free: FreeQueue::with_range(0, 0..0),
-            scratch: (Vec::new(), Vec::new()),
+            scratch: Vec::new(),
             mutant,
             evictions: 0,
             changes: PoolChanges::default(),
@@ -139,8 +139,7 @@ impl BlockPool {
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;
-        self.scratch.0.clear();
-        self.scratch.1.clear();
+        self.scratch.clear();
         self.evictions = 0;
         self.changes = PoolChanges::default();
     }
@@ -425,9 +424,9 @@ impl BlockPool {
     /// `free_blocks`: blocks reaching ref 0 go to the front if unhashed (LIFO reuse)
     /// or to the back if hashed (LRU), each list in iteration order (§1.5).
     pub fn free_blocks(&mut self, ordered: impl IntoIterator<Item = u32>) {
-        // The fields, not `self`'s methods: the lists are borrowed from the pool.
+        // The fields, not `self`'s methods: the list is borrowed from the pool.
         let BlockPool {
-            scratch: (first, last),
+            scratch: unhashed,
             ref_cnt,
             hashed,
             enable_caching,
@@ -447,16 +446,18 @@ impl BlockPool {
             if *r == 0 && !leak {
                 let is_hashed = hashed[b as usize / 64] & (1 << (b % 64)) != 0;
                 if !is_hashed || !*enable_caching {
-                    first.push(b);
+                    unhashed.push(b);
                 } else {
-                    last.push(b);
+                    // Appended as they come: the prepend below touches only the front,
+                    // so the queue ends as vLLM's prepend-then-append leaves it.
+                    free.push_back(b);
                 }
             }
         }
-        free.prepend(first);
-        free.append(last);
-        first.clear();
-        last.clear();
+        if !unhashed.is_empty() {
+            free.prepend(unhashed);
+            unhashed.clear();
+        }
     }
 
     /// Add a reference without touching the queue (copy-on-write retention).
