@@ -511,7 +511,6 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
         self.changes.block(id);
         self.changes.key(key);
         if self.changes.is_enabled() {
@@ -521,7 +520,8 @@ impl BlockPool {
         let i = id as usize;
         self.hashed[i / 64] |= 1 << (i % 64);
         (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
-        self.hash_version += 1;
+        // One bump each for the new entry and the new primary, as the steps they fold.
+        self.hash_version += 2;
         Ok(())
     }
 
