@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::Entry;
 
+use super::bump;
 use super::changes::PoolChanges;
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
@@ -252,7 +253,7 @@ impl BlockPool {
             (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) =
                 (t.key.hash, t.key.group, t.num_tokens);
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
     }
 
     /// The change log of `set_primary`: the block, its old key and its new one.
@@ -372,7 +373,7 @@ impl BlockPool {
             }
             // `set_primary(id, None)`, inlined.
             self.hashed[id as usize / 64] &= !(1 << (id % 64));
-            self.hash_version += 1;
+            bump(&mut self.hash_version, 1);
             removed |= self.pop_key(tag.key, id);
         }
         // Secondary keys are rare: an empty map is not probed.
@@ -401,7 +402,7 @@ impl BlockPool {
             e.remove();
         }
         self.changes.key(key);
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         true
     }
 
@@ -482,7 +483,7 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         self.changes.block(id);
         self.changes.key(key);
         match self.block_hash(id) {
@@ -521,7 +522,7 @@ impl BlockPool {
         self.hashed[i / 64] |= 1 << (i % 64);
         (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
         // One bump each for the new entry and the new primary, as the steps they fold.
-        self.hash_version += 2;
+        bump(&mut self.hash_version, 2);
         Ok(())
     }
 
@@ -594,7 +595,7 @@ impl BlockPool {
         self.cached.clear();
         self.secondary.clear();
         self.hashed.iter_mut().for_each(|w| *w = 0);
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         true
     }
 
@@ -677,7 +678,7 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
     }
 }
 

@@ -1,6 +1,8 @@
 //! vLLM's `FreeKVCacheBlockQueue` (vllm_kv.md §1.2): an index-linked doubly-linked
 //! list over block ids. The front is evicted (handed out) first.
 
+use super::bump;
+
 const NIL: u32 = u32::MAX;
 /// `next` of a block not in the queue (a linked tail's is `NIL`).
 const OFF: u32 = u32::MAX - 1;
@@ -126,7 +128,7 @@ impl FreeQueue {
         }
         self.tail = id;
         self.len += 1;
-        self.version += 1;
+        bump(&mut self.version, 1);
     }
 
     /// Prepend `id` (handed out next).
@@ -147,7 +149,7 @@ impl FreeQueue {
         }
         self.head = id;
         self.len += 1;
-        self.version += 1;
+        bump(&mut self.version, 1);
     }
 
     /// `prepend_n`: `ids[0]` becomes the new front.
@@ -185,7 +187,7 @@ impl FreeQueue {
         }
         self.links[id as usize] = UNLINKED;
         self.len -= 1;
-        self.version += 1;
+        bump(&mut self.version, 1);
         true
     }
 
@@ -206,7 +208,7 @@ impl FreeQueue {
             self.links[n as usize].prev = NIL;
         }
         self.len -= 1;
-        self.version += 1;
+        bump(&mut self.version, 1);
         Some(h)
     }
 
