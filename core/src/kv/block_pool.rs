@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::Entry;
 
+use super::bump;
 use super::changes::PoolChanges;
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
@@ -54,8 +55,8 @@ pub struct BlockPool {
     /// show of the cache), so that observers re-render only then.
     hash_version: u64,
     free: FreeQueue,
-    /// Reused buffers of `free_blocks` (front and back lists).
-    scratch: (Vec<u32>, Vec<u32>),
+    /// Reused buffer of `free_blocks` (the blocks it prepends).
+    scratch: Vec<u32>,
     /// A deliberate bug, switched on only to show that invariant checks can fail.
     mutant: Option<ModelMutant>,
     /// Cached blocks evicted by allocations so far (a coverage goal).
@@ -104,7 +105,7 @@ impl BlockPool {
             cached: FastMap::default(),
             hash_version: 0,
             free: FreeQueue::with_range(0, 0..0),
-            scratch: (Vec::new(), Vec::new()),
+            scratch: Vec::new(),
             mutant,
             evictions: 0,
             changes: PoolChanges::default(),
@@ -139,8 +140,7 @@ impl BlockPool {
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;
-        self.scratch.0.clear();
-        self.scratch.1.clear();
+        self.scratch.clear();
         self.evictions = 0;
         self.changes = PoolChanges::default();
     }
@@ -253,7 +253,7 @@ impl BlockPool {
             (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) =
                 (t.key.hash, t.key.group, t.num_tokens);
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
     }
 
     /// The change log of `set_primary`: the block, its old key and its new one.
@@ -319,7 +319,9 @@ impl BlockPool {
         Ok(out)
     }
 
-    /// `get_new_blocks`, appending to `out` (untouched on error).
+    /// `get_new_blocks`, appending to `out` (untouched on error). Inlined into the
+    /// groups' allocation loop, which draws a block on most calls.
+    #[inline(always)]
     pub fn get_new_blocks_into(&mut self, n: usize, out: &mut Vec<u32>) -> Result<(), PoolError> {
         if n > self.free.len() {
             return Err(Self::cannot_get(n));
@@ -364,6 +366,8 @@ impl BlockPool {
     }
 
     /// `_maybe_evict_cached_block`: drop every key of the block (lazy eviction).
+    /// Inlined into `drop_keys_of_drawn`, which half the drawn blocks reach.
+    #[inline(always)]
     pub fn evict_cached_block(&mut self, id: u32) -> bool {
         self.changes.block(id);
         let mut removed = false;
@@ -373,7 +377,7 @@ impl BlockPool {
             }
             // `set_primary(id, None)`, inlined.
             self.hashed[id as usize / 64] &= !(1 << (id % 64));
-            self.hash_version += 1;
+            bump(&mut self.hash_version, 1);
             removed |= self.pop_key(tag.key, id);
         }
         // Secondary keys are rare: an empty map is not probed.
@@ -387,7 +391,7 @@ impl BlockPool {
         removed
     }
 
-    #[inline]
+    #[inline(always)]
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
         // One probe finds the entry and, when its last block goes, removes it.
         let Entry::Occupied(mut e) = self.cached.entry(key) else {
@@ -402,7 +406,7 @@ impl BlockPool {
             e.remove();
         }
         self.changes.key(key);
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         true
     }
 
@@ -425,9 +429,9 @@ impl BlockPool {
     /// `free_blocks`: blocks reaching ref 0 go to the front if unhashed (LIFO reuse)
     /// or to the back if hashed (LRU), each list in iteration order (§1.5).
     pub fn free_blocks(&mut self, ordered: impl IntoIterator<Item = u32>) {
-        // The fields, not `self`'s methods: the lists are borrowed from the pool.
+        // The fields, not `self`'s methods: the list is borrowed from the pool.
         let BlockPool {
-            scratch: (first, last),
+            scratch: unhashed,
             ref_cnt,
             hashed,
             enable_caching,
@@ -447,16 +451,18 @@ impl BlockPool {
             if *r == 0 && !leak {
                 let is_hashed = hashed[b as usize / 64] & (1 << (b % 64)) != 0;
                 if !is_hashed || !*enable_caching {
-                    first.push(b);
+                    unhashed.push(b);
                 } else {
-                    last.push(b);
+                    // Appended as they come: the prepend below touches only the front,
+                    // so the queue ends as vLLM's prepend-then-append leaves it.
+                    free.push_back(b);
                 }
             }
         }
-        free.prepend(first);
-        free.append(last);
-        first.clear();
-        last.clear();
+        if !unhashed.is_empty() {
+            free.prepend(unhashed);
+            unhashed.clear();
+        }
     }
 
     /// Add a reference without touching the queue (copy-on-write retention).
@@ -481,7 +487,7 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         self.changes.block(id);
         self.changes.key(key);
         match self.block_hash(id) {
@@ -510,7 +516,6 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
         self.changes.block(id);
         self.changes.key(key);
         if self.changes.is_enabled() {
@@ -520,7 +525,8 @@ impl BlockPool {
         let i = id as usize;
         self.hashed[i / 64] |= 1 << (i % 64);
         (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
-        self.hash_version += 1;
+        // One bump each for the new entry and the new primary, as the steps they fold.
+        bump(&mut self.hash_version, 2);
         Ok(())
     }
 
@@ -593,7 +599,7 @@ impl BlockPool {
         self.cached.clear();
         self.secondary.clear();
         self.hashed.iter_mut().for_each(|w| *w = 0);
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
         true
     }
 
@@ -676,7 +682,7 @@ impl BlockPool {
                 e.insert(KeyBlocks::one(id));
             }
         }
-        self.hash_version += 1;
+        bump(&mut self.hash_version, 1);
     }
 }
 

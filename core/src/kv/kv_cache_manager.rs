@@ -699,6 +699,8 @@ fn no_new_blocks(groups: usize, new_blocks: &mut Vec<Vec<u32>>) {
 }
 
 /// Each group's `allocate_new_blocks`, its new blocks into its list of `new_blocks`.
+/// Inlined into both allocation paths, whose registers are saved already.
+#[inline(always)]
 fn allocate_groups(
     groups: &mut [GroupManager],
     pool: &mut BlockPool,

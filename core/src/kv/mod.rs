@@ -20,6 +20,14 @@ pub mod spec;
 #[cfg(test)]
 pub(crate) mod state_text;
 
+/// Count `by` changes in a version counter (one that observers compare for change).
+/// Wrapping: 2^64 changes cannot happen, and the checked add of an overflow-checked build
+/// was a compare and branch on every block queued, drawn or cached.
+#[inline(always)]
+pub(crate) fn bump(version: &mut u64, by: u64) {
+    *version = version.wrapping_add(by);
+}
+
 pub use block_pool::{BlockPool, PoolError, NULL_BLOCK};
 pub use kv_cache_manager::{AllocateArgs, ComputedBlocks, KvCacheManager};
 pub use mutant::{ManagerSlip, ModelMutant};

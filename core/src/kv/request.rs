@@ -184,7 +184,7 @@ impl Request {
 
     /// `append_output_token_ids`: extends the tokens and the hash chain. Inlined: a
     /// commit appends one token and nearly always completes no block.
-    #[inline]
+    #[inline(always)]
     pub fn append_output(&mut self, out: &[u64]) {
         // Nearly every commit appends one decoded token: a push, not a memcpy call.
         match out {

@@ -93,9 +93,11 @@ impl CompiledTrace {
         let Ok(cfg) = &self.config else { return 0 };
         let r = storage.replayer(cfg);
         r.quiet();
-        for (i, &op) in self.ops.iter().enumerate() {
+        // No running index: the ops applied are those the iterator has passed.
+        let mut ops = self.ops.iter();
+        for &op in ops.by_ref() {
             if r.apply_inline(&self.data, op).is_err() {
-                return i + 1;
+                return self.ops.len() - ops.len();
             }
         }
         self.ops.len()
@@ -226,6 +228,18 @@ mod tests {
             traces += 1;
         }
         assert!(traces > 190 && ops > 30_000, "{traces} traces, {ops} ops");
+    }
+
+    #[test]
+    fn a_quiet_replay_counts_the_ops_an_observed_one_applies() {
+        let config = r#"{"block_size":8,"enable_caching":true,"groups":[{"kind":"full_attention"}],"max_in_flight_tokens":23,"max_model_len":80,"num_blocks":12}"#;
+        let ops = r#"[{"op":"new_step"},{"op":"bogus"},{"op":"new_step"}]"#;
+        let failing = format!(r#"{{"format":"kvtrace/1","config":{config},"ops":{ops}}}"#);
+        let failing = crate::kvtrace::compile_text(&failing).expect("a well-formed trace");
+        assert_eq!(failing.run_quiet(), 2, "stops at the failing op, counting it");
+        for (i, t) in test_traces().iter().chain([&failing]).enumerate() {
+            assert_eq!(t.run_quiet(), t.run(|_| {}).1, "trace {i}");
+        }
     }
 
     #[test]

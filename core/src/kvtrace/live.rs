@@ -26,7 +26,11 @@ impl Slots {
     /// The slot of live `id`.
     #[inline]
     pub fn slot(&self, id: u32) -> Option<u32> {
-        self.slot_of.get(id as usize).copied().filter(|&s| s != NOT_LIVE)
+        // A plain match: the `copied().filter(..)` chain compiled to a flag test as well.
+        match self.slot_of.get(id as usize) {
+            Some(&s) if s != NOT_LIVE => Some(s),
+            _ => None,
+        }
     }
 
     #[inline]

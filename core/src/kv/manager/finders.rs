@@ -24,9 +24,12 @@ impl HashView<'_> {
 /// Make `lists` `n` empty lists, keeping the storage of those it had.
 #[inline]
 pub fn empty_lists(lists: &mut Vec<Vec<u32>>, n: usize) {
-    lists.truncate(n);
+    // Usually already `n` lists (the same model's last lookup): only clear them.
+    if lists.len() != n {
+        lists.truncate(n);
+        lists.resize_with(n, Vec::new);
+    }
     lists.iter_mut().for_each(Vec::clear);
-    lists.resize_with(n, Vec::new);
 }
 
 /// `find_longest_cache_hit` writing each group's hit blocks into `out` (one list

@@ -125,8 +125,9 @@ impl GroupManager {
     }
 
     /// `get_num_blocks_to_allocate` (§3.2, Mamba §3.6) for the request's entry `st`.
-    /// May be negative for Mamba.
+    /// May be negative for Mamba. Inlined into the sums over the groups.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub fn num_blocks_to_allocate(
         &self,
         pool: &BlockPool,

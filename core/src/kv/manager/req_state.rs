@@ -7,6 +7,7 @@
 //! Every change to a table bumps one version and stamps the table with it, so an
 //! observer can tell which tables may have changed (`TableLog::touch`).
 
+use crate::kv::bump;
 use crate::kv::changes::TableChanges;
 use crate::kv::req_map::ReqMap;
 use crate::kv::request::ReqId;
@@ -70,7 +71,7 @@ impl TableLog {
     /// Group `group`'s table of `req` (its entry `st`) is about to change.
     #[inline]
     pub fn touch(&mut self, group: u32, req: ReqId, st: &mut GroupReq) {
-        self.version += 1;
+        bump(&mut self.version, 1);
         st.stamp = self.version;
         self.changes.table(group, req);
     }
