@@ -74,9 +74,13 @@ while IFS='|' read -r name plan flags repeat; do
     # shellcheck disable=SC2086
     timeout 200 $D/kvsim replay $W/$plan.plan.json --backend gpu --warmup 1 --repeat "$repeat" $flags \
       --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
-    if [[ "$name" == s[0-9]-* ]]; then grep -v 'µs\|MAPE' $W/$name.log >> $LOG; else cat $W/$name.log >> $LOG; fi
-    # s2-*, s3-*, s4-* are blind sets: packed apart and kept sealed until predictions are committed.
-    tarball=$OUT/results.tar; [[ "$name" == s[0-9]-* ]] && tarball=$OUT/sealed.tar
+    # s2-*, s3-*, s4-* are blind sets: no timings in the log, packed apart and kept sealed
+    # until predictions for them are committed.
+    if [[ "$name" == s[0-9]-* ]]; then
+      grep -v 'µs\|MAPE' $W/$name.log >> $LOG; tarball=$OUT/sealed.tar
+    else
+      cat $W/$name.log >> $LOG; tarball=$OUT/results.tar
+    fi
     [ -f $W/$name.gpu.json ] && gzip -c $W/$name.gpu.json > $W/$name.gpu.json.gz \
       && (cd $W && tar rf "$tarball" $name.gpu.json.gz)
   fi

@@ -161,7 +161,7 @@ impl FreeQueue {
     }
 
     /// `append_n`: links `ids` in order before the tail.
-    #[inline(always)]
+    #[inline]
     pub fn append(&mut self, ids: &[u32]) {
         for &id in ids {
             self.push_back(id);

@@ -129,13 +129,6 @@ pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_si
     if (done + 1) * block_size > tokens.len() {
         return;
     }
-    if done > 0 && tokens.len() < (done + 2) * block_size {
-        // The usual call (an output completed one block, not the first: no salt): that
-        // block alone, chained on the last hash, without the loop's setup.
-        let block = &tokens[done * block_size..(done + 1) * block_size];
-        hashes.push(hash_block(Some(hashes[done - 1]), block, None));
-        return;
-    }
     hashes.reserve(tokens.len() / block_size - done);
     let mut parent = hashes.last().copied();
     let mut blocks = tokens[done * block_size..].chunks_exact(block_size);

@@ -391,7 +391,7 @@ impl KvCacheManager {
                 if need + watermark > available {
                     return Ok(false);
                 }
-                no_new_blocks(self.groups.len(), new_blocks);
+                empty_lists(new_blocks, self.groups.len());
                 return Ok(true);
             }
         }
@@ -421,7 +421,7 @@ impl KvCacheManager {
         if need > 0 || !all_tables || mamba_align {
             allocate_groups(groups, pool, (req.id, states, log), need_slot, main, new_blocks)?;
         } else {
-            no_new_blocks(groups.len(), new_blocks);
+            empty_lists(new_blocks, groups.len());
         }
         if let Some((n, hbs)) = cached_now {
             cache_groups(groups, pool, states, req, n, hbs)?;
@@ -689,13 +689,6 @@ fn num_blocks_to_allocate(
             m.num_blocks_to_allocate(pool, st, num_tokens, h, total_computed, main, cap)
         })
         .sum()
-}
-
-/// `new_blocks` as a step that allocates nothing leaves it: one empty list per group.
-#[inline(always)]
-fn no_new_blocks(groups: usize, new_blocks: &mut Vec<Vec<u32>>) {
-    new_blocks.resize_with(groups, Vec::new);
-    new_blocks.iter_mut().for_each(Vec::clear);
 }
 
 /// Each group's `allocate_new_blocks`, its new blocks into its list of `new_blocks`.
