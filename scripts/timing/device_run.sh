@@ -55,6 +55,12 @@ s3-chain|blind3-chain.chain||2
 s4-swa|blind4-swa.native||3
 s4-mamba|blind4-mamba.native||3
 s4-chain|blind4-chain.chain||2
+s5-swa|blind5-swa.native||3
+s5-mamba|blind5-mamba.native||3
+s5-chain|blind5-chain.chain||3
+r4-swa|blind4-swa.native||3
+r4-mamba|blind4-mamba.native||3
+r4-chain|blind4-chain.chain||3
 b-swa.ops|blind-swa.native|--time-ops|2
 b-chain.ops|blind-chain.chain|--time-ops|2
 b-mamba.ops|blind-mamba.native|--time-ops|2
@@ -74,7 +80,7 @@ while IFS='|' read -r name plan flags repeat; do
     # shellcheck disable=SC2086
     timeout 200 $D/kvsim replay $W/$plan.plan.json --backend gpu --warmup 1 --repeat "$repeat" $flags \
       --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
-    # s2-*, s3-*, s4-* are blind sets: no timings in the log, packed apart and kept sealed
+    # s2-* .. s5-* are blind sets: no timings in the log, packed apart and kept sealed
     # until predictions for them are committed.
     if [[ "$name" == s[0-9]-* ]]; then
       grep -v 'µs\|MAPE' $W/$name.log >> $LOG; tarball=$OUT/sealed.tar

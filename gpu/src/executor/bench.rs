@@ -63,11 +63,16 @@ impl CopyBenchResult {
     }
 }
 
-/// Median of a sample (upper median for even lengths); 0 for none.
+/// Median of a sample (for even lengths the mean of the two middle values: the upper one alone
+/// made a two-run replay report its slower run); 0 for none.
 pub fn median(xs: &[f32]) -> f32 {
     let mut v = xs.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// Bytes a decode of `group` reads for requests with these context lengths.
@@ -212,6 +217,8 @@ mod tests {
     #[test]
     fn median_and_bytes() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[160.0, 245.0]), 202.5);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(&[]), 0.0);
         let g = GroupLayout {
             kind: GroupKind::SlidingWindow { sliding_window: 100 },
