@@ -387,7 +387,12 @@ impl KvCacheManager {
             let hbs = self.hash_block_size();
             let cached = cached_now.map(|(n, hbs)| n.min(req.block_hashes.len() as u64 * hbs));
             let Self { groups, reqs, .. } = &mut *self;
-            let memo = reqs.steady(req.id, |states| SteadyMemo::of(groups, states, processed, hbs));
+            let memo = reqs.steady(req.id, |states| {
+                // A step that draws a block in the first group is no steady one: no memo
+                // is made for it (its entries change anyway).
+                let covered = states[0].blocks.len() as u64 * groups[0].spec.block_size;
+                (need_slot <= covered).then(|| SteadyMemo::of(groups, states, processed, hbs))
+            });
             if memo.is_some_and(|m| m.holds(processed, need_slot, cached)) {
                 // Nothing to trim, allocate or cache: the capacity check's answer is all.
                 let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;

@@ -151,11 +151,19 @@ impl ReqStates {
     }
 
     /// The request's steady memo, made by `make` from its entries if it has none since
-    /// they last changed; `None` if the request has no entries.
+    /// they last changed (kept if `make` makes one); `None` if the request has no entries
+    /// or `make` makes none.
     #[inline]
-    pub(crate) fn steady(&mut self, req: ReqId, make: impl FnOnce(&[GroupReq]) -> SteadyMemo) -> Option<SteadyMemo> {
+    pub(crate) fn steady(
+        &mut self,
+        req: ReqId,
+        make: impl FnOnce(&[GroupReq]) -> Option<SteadyMemo>,
+    ) -> Option<SteadyMemo> {
         let e = self.map.get_mut(&req)?;
-        Some(*e.steady.get_or_insert_with(|| make(&e.groups)))
+        if e.steady.is_none() {
+            e.steady = make(&e.groups);
+        }
+        e.steady
     }
 
     /// Take the request's entries out (to free them); `recycle` hands them back.
@@ -202,7 +210,7 @@ mod tests {
         let mut ask = |reqs: &mut ReqStates| {
             reqs.steady(7, |_| {
                 made += 1;
-                SteadyMemo::NEVER
+                Some(SteadyMemo::NEVER)
             })
         };
         assert_eq!(ask(&mut reqs), None, "no entries, no memo");
