@@ -253,7 +253,9 @@ mod tests {
         r.append_output(&[1, 2, 3]);
         (r.num_computed_tokens, r.num_in_flight_tokens, r.num_output_placeholders) = (12, 1, 2);
         (r.shared_prefix_boundary, r.status, r.skip_reading_prefix_cache) = (8, RequestStatus::Running, true);
-        for (salt, hbs) in [(None, Some(2)), (Some("s".to_string()), Some(4)), (None, None)] {
+        // A salt after a salt (its storage reused), none after one, one after none.
+        let salts = [Some("t"), None, Some("s"), None].map(|s| s.map(str::to_string));
+        for (salt, hbs) in salts.into_iter().zip([Some(2), Some(2), Some(4), None]) {
             let prompt = [5, 6, 7, 8, 9];
             r.renew(7, &prompt, 64, salt.as_deref(), hbs);
             let fresh = Request::new(7, prompt.to_vec(), salt, hbs);
