@@ -3,7 +3,7 @@
 use super::block_pool::{BlockPool, PoolError};
 use super::changes::{self, ModelChanges};
 use super::coordinator::Coordinator;
-use super::manager::{empty_lists, GroupManager, GroupReq, ReqStates, TableLog};
+use super::manager::{empty_lists, GroupManager, GroupReq, ReqStates, SteadyMemo, TableLog};
 use super::mutant::ModelMutant;
 use super::request::{ReqId, Request, RequestStatus};
 use super::spec::{ConfigError, CoordinatorKind, KvConfig};
@@ -364,10 +364,8 @@ impl KvCacheManager {
     }
 
     /// `allocate_slots` (the steps of `allocate_slots_into`) offered no hits and not
-    /// asked to fit the whole sequence, in a model without Mamba "align" groups: nearly
-    /// every step. One pass over the groups trims the windows and sums the needs
-    /// (`GroupManager::need_without_hits`); when no group needs a block and every
-    /// group has a table, no group is asked to allocate (it would return at once).
+    /// asked to fit the whole sequence: nearly every step. A step its request's steady
+    /// memo covers changes no group (most decode steps): only the capacity check is left.
     #[inline(never)]
     fn allocate_without_hits(
         &mut self,
@@ -377,15 +375,42 @@ impl KvCacheManager {
     ) -> Result<bool, PoolError> {
         // `allocate_with_hits`'s steps with no hits: the same values, fewer of them.
         let total_computed = req.num_computed_tokens.min(self.config.max_model_len);
-        let watermark = self.watermark(req);
         let main = total_computed + a.num_new_tokens;
         let need_slot = (main + a.num_lookahead_tokens).min(self.config.max_model_len);
         let processed = total_computed.saturating_sub(req.num_in_flight_tokens);
         let cached_now = self
             .cacheable(main.min(req.num_tokens()))
             .filter(|_| !a.delay_cache_blocks);
-        if let Some(states) = self.reqs.get(req.id).filter(|_| super::shortcuts::on()) {
-            if let Some(need) = steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now) {
+        let watermark = self.watermark(req);
+        if !self.mamba_align && super::shortcuts::on() {
+            // No group needs a block when every one is steady (outside Mamba "align").
+            let hbs = self.hash_block_size();
+            let cached = cached_now.map(|(n, hbs)| n.min(req.block_hashes.len() as u64 * hbs));
+            let Self { groups, reqs, .. } = &mut *self;
+            let memo = reqs.steady(req.id, |states| {
+                // A step that draws a block in the first group is no steady one: no memo
+                // is made for it (its entries change anyway).
+                let covered = states[0].blocks.len() as u64 * groups[0].spec.block_size;
+                (need_slot <= covered).then(|| SteadyMemo::of(groups, states, processed, hbs))
+            });
+            if memo.is_some_and(|m| m.holds(processed, need_slot, cached)) {
+                // Nothing to trim, allocate or cache: the capacity check's answer is all.
+                let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+                if watermark > available {
+                    return Ok(false);
+                }
+                empty_lists(new_blocks, self.groups.len());
+                return Ok(true);
+            }
+        }
+        // Any other step: one pass over the groups trims the windows and sums the needs
+        // (`GroupManager::need_without_hits`); when no group needs a block and every
+        // group has a table, no group is asked to allocate (it would return at once).
+        if self.mamba_align && super::shortcuts::on() {
+            let states = self.reqs.get(req.id);
+            let steady = states
+                .and_then(|states| steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now));
+            if let Some(need) = steady {
                 // Nothing to trim, allocate or cache: the capacity check's answer is all.
                 let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
                 if need + watermark > available {

@@ -243,7 +243,7 @@ impl Replayer {
         if prompt.is_empty() || prompt.len() as u64 >= max {
             return Err(format!("prompt length {} must be in [1, max_model_len={max})", prompt.len()).into());
         }
-        let salt = checked(data, salt)?.map(|s| data.str(s).to_string());
+        let salt = checked(data, salt)?.map(|s| data.str(s));
         let rid = self.next_rid;
         self.next_rid += 1;
         let hbs = self.kv.request_hash_block_size();

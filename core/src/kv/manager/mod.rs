@@ -9,9 +9,11 @@ mod finders;
 mod mamba;
 mod req_state;
 mod steady;
+mod steady_memo;
 
 pub use finders::{empty_lists, find_longest_cache_hit_into};
 pub use req_state::{GroupReq, ReqStates, TableLog};
+pub(crate) use steady_memo::SteadyMemo;
 
 use super::block_pool::{BlockPool, PoolError, NULL_BLOCK};
 use super::hash::{BlockKey, FastSet};

@@ -7,6 +7,7 @@
 //! Every change to a table bumps one version and stamps the table with it, so an
 //! observer can tell which tables may have changed (`TableLog::touch`).
 
+use super::steady_memo::SteadyMemo;
 use crate::kv::bump;
 use crate::kv::changes::TableChanges;
 use crate::kv::req_map::ReqMap;
@@ -82,10 +83,20 @@ impl TableLog {
     }
 }
 
+/// One request's entries, one per group, and what they tell of a step that changes
+/// nothing (`SteadyMemo`, dropped whenever the entries are handed out mutably).
+#[derive(Debug, Default)]
+struct ReqEntry {
+    groups: Vec<GroupReq>,
+    steady: Option<SteadyMemo>,
+}
+
+reuse_clone!(ReqEntry { groups, steady });
+
 /// Every request's entries, one per group.
 #[derive(Debug, Default)]
 pub struct ReqStates {
-    map: ReqMap<Vec<GroupReq>>,
+    map: ReqMap<ReqEntry>,
     /// Entries of freed requests, kept for their tables' storage.
     spare: Vec<Vec<GroupReq>>,
     /// Groups in the model: the length of every entry list.
@@ -104,7 +115,7 @@ impl ReqStates {
     /// The request's entries (one per group), if it has any.
     #[inline]
     pub fn get(&self, req: ReqId) -> Option<&[GroupReq]> {
-        self.map.get(&req).map(Vec::as_slice)
+        self.map.get(&req).map(|e| e.groups.as_slice())
     }
 
     /// Group `g`'s entry of the request, if any.
@@ -117,25 +128,48 @@ impl ReqStates {
     #[inline]
     pub fn get_mut(&mut self, req: ReqId) -> Option<(&mut [GroupReq], &mut TableLog)> {
         let log = &mut self.log;
-        self.map.get_mut(&req).map(|s| (s.as_mut_slice(), log))
+        self.map.get_mut(&req).map(|e| {
+            e.steady = None;
+            (e.groups.as_mut_slice(), log)
+        })
     }
 
     /// The request's entries (empty ones, from a spare, if it had none) and the log.
     #[inline]
     pub fn entry(&mut self, req: ReqId) -> (&mut [GroupReq], &mut TableLog) {
         let (spare, groups, log) = (&mut self.spare, self.groups, &mut self.log);
-        let s = self.map.get_or_insert_with(req, || {
+        let e = self.map.get_or_insert_with(req, || {
             let mut s = spare.pop().unwrap_or_default();
             s.resize_with(groups, GroupReq::default);
-            s
+            ReqEntry {
+                groups: s,
+                steady: None,
+            }
         });
-        (s.as_mut_slice(), log)
+        e.steady = None;
+        (e.groups.as_mut_slice(), log)
+    }
+
+    /// The request's steady memo, made by `make` from its entries if it has none since
+    /// they last changed (kept if `make` makes one); `None` if the request has no entries
+    /// or `make` makes none.
+    #[inline]
+    pub(crate) fn steady(
+        &mut self,
+        req: ReqId,
+        make: impl FnOnce(&[GroupReq]) -> Option<SteadyMemo>,
+    ) -> Option<SteadyMemo> {
+        let e = self.map.get_mut(&req)?;
+        if e.steady.is_none() {
+            e.steady = make(&e.groups);
+        }
+        e.steady
     }
 
     /// Take the request's entries out (to free them); `recycle` hands them back.
     #[inline]
     pub fn remove(&mut self, req: ReqId) -> Option<Vec<GroupReq>> {
-        self.map.remove(&req)
+        self.map.remove(&req).map(|e| e.groups)
     }
 
     /// Keep a removed request's entries for the next request, every one of them
@@ -148,9 +182,9 @@ impl ReqStates {
     /// Become empty for a model of `groups` groups, keeping every table's storage.
     pub fn reset(&mut self, groups: usize) {
         let spare = &mut self.spare;
-        self.map.drain_into(|mut s| {
-            s.iter_mut().for_each(GroupReq::forget);
-            spare.push(s);
+        self.map.drain_into(|mut e| {
+            e.groups.iter_mut().for_each(GroupReq::forget);
+            spare.push(e.groups);
         });
         self.groups = groups;
         self.log = TableLog::default();
@@ -159,5 +193,38 @@ impl ReqStates {
     /// Requests with entries (possibly all empty), in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = ReqId> + '_ {
         self.map.keys()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ReqStates, SteadyMemo};
+
+    /// Every way to the entries that may change them drops the memo: the next ask makes
+    /// it afresh from what they hold then.
+    #[test]
+    fn a_steady_memo_lasts_only_until_the_entries_are_handed_out_mutably() {
+        let mut reqs = ReqStates::default();
+        reqs.reset(2);
+        let mut made = 0;
+        let mut ask = |reqs: &mut ReqStates| {
+            reqs.steady(7, |_| {
+                made += 1;
+                Some(SteadyMemo::NEVER)
+            })
+        };
+        assert_eq!(ask(&mut reqs), None, "no entries, no memo");
+        reqs.entry(7);
+        assert!(ask(&mut reqs).is_some() && ask(&mut reqs).is_some());
+        reqs.entry(7);
+        ask(&mut reqs);
+        reqs.get_mut(7);
+        ask(&mut reqs);
+        let groups = reqs.remove(7).expect("entries");
+        reqs.recycle(groups);
+        assert_eq!(ask(&mut reqs), None);
+        reqs.entry(7);
+        ask(&mut reqs);
+        assert_eq!(made, 4, "made once after each mutable hand-out, reused in between");
     }
 }
