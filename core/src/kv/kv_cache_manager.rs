@@ -382,10 +382,17 @@ impl KvCacheManager {
             .cacheable(main.min(req.num_tokens()))
             .filter(|_| !a.delay_cache_blocks);
         let watermark = self.watermark(req);
-        if !self.mamba_align && super::shortcuts::on() {
-            // No group needs a block when every one is steady (outside Mamba "align").
+        // A steady step (nothing to trim, allocate or cache in any group) needs only the
+        // capacity check: outside Mamba "align" the request's memo says so (and no group
+        // needs a block), with "align" groups `steady_need` walks the groups.
+        let steady = if !super::shortcuts::on() {
+            None
+        } else if self.mamba_align {
+            let states = self.reqs.get(req.id);
+            states.and_then(|states| steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now))
+        } else {
             let hbs = self.hash_block_size();
-            let cached = cached_now.map(|(n, hbs)| n.min(req.block_hashes.len() as u64 * hbs));
+            let cached = cached_now.map(|(n, per_hash)| n.min(req.block_hashes.len() as u64 * per_hash));
             let Self { groups, reqs, .. } = &mut *self;
             let memo = reqs.steady(req.id, |states| {
                 // A step that draws a block in the first group is no steady one: no memo
@@ -393,33 +400,19 @@ impl KvCacheManager {
                 let covered = states[0].blocks.len() as u64 * groups[0].spec.block_size;
                 (need_slot <= covered).then(|| SteadyMemo::of(groups, states, processed, hbs))
             });
-            if memo.is_some_and(|m| m.holds(processed, need_slot, cached)) {
-                // Nothing to trim, allocate or cache: the capacity check's answer is all.
-                let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
-                if watermark > available {
-                    return Ok(false);
-                }
-                empty_lists(new_blocks, self.groups.len());
-                return Ok(true);
+            memo.is_some_and(|m| m.holds(processed, need_slot, cached)).then_some(0)
+        };
+        if let Some(need) = steady {
+            let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+            if need + watermark > available {
+                return Ok(false);
             }
+            empty_lists(new_blocks, self.groups.len());
+            return Ok(true);
         }
         // Any other step: one pass over the groups trims the windows and sums the needs
         // (`GroupManager::need_without_hits`); when no group needs a block and every
         // group has a table, no group is asked to allocate (it would return at once).
-        if self.mamba_align && super::shortcuts::on() {
-            let states = self.reqs.get(req.id);
-            let steady = states
-                .and_then(|states| steady_need(&self.groups, states, req, (processed, need_slot, main), cached_now));
-            if let Some(need) = steady {
-                // Nothing to trim, allocate or cache: the capacity check's answer is all.
-                let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
-                if need + watermark > available {
-                    return Ok(false);
-                }
-                empty_lists(new_blocks, self.groups.len());
-                return Ok(true);
-            }
-        }
         let mamba_align = self.mamba_align;
         let Self { pool, groups, reqs, .. } = self;
         let (states, log) = reqs.entry(req.id);
