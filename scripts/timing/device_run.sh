@@ -58,6 +58,9 @@ s4-chain|blind4-chain.chain||2
 s5-swa|blind5-swa.native||3
 s5-mamba|blind5-mamba.native||3
 s5-chain|blind5-chain.chain||3
+s6-swa|blind6-swa.native||3
+s6-mamba|blind6-mamba.native||3
+s6-chain|blind6-chain.chain||3
 r4-swa|blind4-swa.native||3
 r4-mamba|blind4-mamba.native||3
 r4-chain|blind4-chain.chain||3

@@ -170,6 +170,7 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &root().join("docs/timing/h200-experts-start.json"));
     // The H100 profile fitted on every H100 measurement (issue 21, blind5's predictions).
     assert_valid_file("profile", &root().join("docs/timing/h100-widest.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------

@@ -69,7 +69,9 @@ mod ix {
     pub const MOE_SM_ELEM: usize = 45;
     pub const MOE_SM_ROW: usize = 46;
     pub const MMA_SPILL_FIRST_ITER: usize = 47;
-    pub const COUNT: usize = 48;
+    pub const ZERO_ITER: usize = 48;
+    pub const COPY_ITER: usize = 49;
+    pub const COUNT: usize = 50;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -214,6 +216,23 @@ const DEEP_WAKE_AFTER_NS: f64 = 2e7;
 /// CTAs of the MoE router resident at once (128-thread CTAs, 16 per SM, 132 SMs).
 const ROUTE_RESIDENT_CTAS: u64 = 16 * 132;
 
+/// 256-thread CTAs of the block kernels resident at once (8 per SM, 132 SMs).
+const BLOCK_RESIDENT_CTAS: u64 = 8 * 132;
+
+/// Iterations one thread of `zero_blocks` / `copy_blocks` walks over `blocks` blocks of
+/// `block_bytes` each, times the waves: the executor launches a grid of (blocks, chunks) CTAs of
+/// 256 threads, one chunk per 2 048 16-byte vectors of a block, at most 64
+/// (`gpu/src/executor/launch.rs` `launch_blocks`), and each thread moves one vector per
+/// iteration, a load waiting on DRAM before its store. Below 2 MiB a block is 8 iterations
+/// whatever its size: the per-op runs timed a copy of 192 KiB and one of 1.3 MiB alike.
+pub fn block_walk(blocks: u64, block_bytes: u64) -> f64 {
+    let vecs = block_bytes / 16;
+    let chunks = (vecs / 2048).clamp(1, 64);
+    let iters = vecs.div_ceil(256 * chunks);
+    let waves = (blocks * chunks).div_ceil(BLOCK_RESIDENT_CTAS);
+    (iters * waves) as f64
+}
+
 /// Device time of each kernel an op launches, in issue order.
 pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
     let kernel = |extra: Lin| {
@@ -286,12 +305,15 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             if *blocks == 0 {
                 return Vec::new();
             }
-            let byte = if matches!(op, OpDesc::ZeroBlocks { .. }) {
-                ix::ZERO_BYTE
+            let zero = matches!(op, OpDesc::ZeroBlocks { .. });
+            let (byte, iter, moved) = if zero {
+                (ix::ZERO_BYTE, ix::ZERO_ITER, 1)
             } else {
-                ix::COPY_BYTE
+                (ix::COPY_BYTE, ix::COPY_ITER, 2)
             };
-            let mut l = Lin::term(p, byte, *bytes as f64);
+            // The larger of moving the bytes and one thread's walk over its share of a block.
+            let walk = block_walk(*blocks, bytes / (moved * blocks));
+            let mut l = Lin::max(&Lin::term(p, byte, *bytes as f64), &Lin::term(p, iter, walk));
             l.add_term(p, ix::BLOCK_OP, *blocks as f64);
             vec![kernel(l)]
         }
@@ -519,9 +541,55 @@ mod tests {
             (ix::MOE_SM_ELEM, "moe_sm_elem_ns"),
             (ix::MOE_SM_ROW, "moe_sm_row_ns"),
             (ix::MMA_SPILL_FIRST_ITER, "attn_mma_spill_first_iter_ns"),
+            (ix::ZERO_ITER, "zero_iter_ns"),
+            (ix::COPY_ITER, "copy_iter_ns"),
         ] {
             assert_eq!(names[i], n);
         }
+    }
+
+    /// The block kernels' grid (`launch_blocks`): 2 048 vectors a chunk, at most 64 chunks.
+    #[test]
+    fn a_block_kernel_walks_eight_iterations_below_two_mib_and_more_beyond() {
+        assert_eq!(block_walk(1, 16 << 10), 4.0); // one chunk of 1 024 vectors
+        assert_eq!(block_walk(1, 192 << 10), 8.0);
+        assert_eq!(block_walk(1, 1344 << 10), 8.0); // blind3's blocks
+        assert_eq!(block_walk(1, 2 << 20), 8.0);
+        assert_eq!(block_walk(1, 4 << 20), 16.0); // 64 chunks of 4 096 vectors
+        assert_eq!(block_walk(16, 4 << 20), 16.0); // 1 024 CTAs: one wave
+        assert_eq!(block_walk(20, 4 << 20), 32.0); // 1 280 CTAs: two
+    }
+
+    /// With a walk rate, copies of small and large blocks cost alike until the bytes dominate;
+    /// without one (files from before it), the bytes alone price them, as they did.
+    #[test]
+    fn a_copy_costs_the_larger_of_its_bytes_and_its_walk() {
+        let copy = |blocks: u64, block_bytes: u64| OpDesc::CopyBlocks {
+            blocks,
+            bytes: 2 * blocks * block_bytes,
+        };
+        let mut params = Params::h200();
+        params.block_op_ns = 0.0;
+        let old = params.to_vec();
+        let t = |op: &OpDesc, p: &[f64]| kernel_times(op, p)[0].value - p[ix::GPU_KERNEL];
+        assert!((t(&copy(1, 1 << 20), &old) - 2.0 * f64::from(1 << 20) * old[ix::COPY_BYTE]).abs() < 1e-6);
+        params.copy_iter_ns = 600.0;
+        let p = params.to_vec();
+        assert_eq!(t(&copy(1, 192 << 10), &p), 8.0 * 600.0);
+        assert_eq!(t(&copy(1, 1344 << 10), &p), 8.0 * 600.0);
+        // 16 blocks of 2 MiB move 64 MiB: the bytes are the larger.
+        assert_eq!(t(&copy(16, 2 << 20), &p), 64.0 * f64::from(1 << 20) * p[ix::COPY_BYTE]);
+        // A zero walks at its own rate.
+        params.zero_iter_ns = 250.0;
+        let p = params.to_vec();
+        let zero = OpDesc::ZeroBlocks {
+            blocks: 1,
+            bytes: 192 << 10,
+        };
+        assert_eq!(
+            t(&zero, &p),
+            (8.0 * 250.0f64).max(f64::from(192 << 10) * p[ix::ZERO_BYTE])
+        );
     }
 
     /// A latency-bound decode: 8 CTAs of one wave, each walking 8 192 positions (64 iterations).

@@ -175,6 +175,14 @@ params! {
     /// for every iteration over-priced short walks twice over. Files without it meant the
     /// per-iteration rate.
     attn_mma_spill_first_iter_ns = 0.0,
+    /// `zero_blocks`: per iteration of one thread's walk (one 16-byte store per iteration),
+    /// weighed against the bytes: the larger of the two is the kernel's work.
+    zero_iter_ns = 0.0,
+    /// `copy_blocks`: per iteration of one thread's walk (a 16-byte load, then its store).
+    /// Below 2 MiB a block is 8 iterations whatever its size, so copies of 192 KiB and of
+    /// 1.3 MiB blocks take about as long (blind2-blind5's chain plans, H100); priced by bytes
+    /// alone, the large ones were +67 % and the middling ones -31 %.
+    copy_iter_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -313,8 +321,8 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 /// without one loads with 0 and keeps its hash (issue 21's microbenchmarks added the state
 /// update's per-token term, with which such a file predicts as it did, the per-op event gap:
 /// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
-/// the tensor-core decode's spill term above a head dim of 128, and the K/V kernels' split
-/// combine).
+/// the tensor-core decode's spill term above a head dim of 128, the K/V kernels' split
+/// combine, the MoE GEMMs' walk and SM terms, and the block kernels' walks).
 pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "state_token_ns",
     "op_event_gap_ns",
@@ -328,6 +336,8 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "moe_warp_row_ns",
     "moe_sm_elem_ns",
     "moe_sm_row_ns",
+    "zero_iter_ns",
+    "copy_iter_ns",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
