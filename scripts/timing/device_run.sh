@@ -61,6 +61,9 @@ s5-chain|blind5-chain.chain||3
 s6-swa|blind6-swa.native||3
 s6-mamba|blind6-mamba.native||3
 s6-chain|blind6-chain.chain||3
+s7-swa|blind7-swa.native||3
+s7-mamba|blind7-mamba.native||3
+s7-chain|blind7-chain.chain||3
 r4-swa|blind4-swa.native||3
 r4-mamba|blind4-mamba.native||3
 r4-chain|blind4-chain.chain||3

@@ -171,6 +171,7 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     // The H100 profile fitted on every H100 measurement (issue 21, blind5's predictions).
     assert_valid_file("profile", &root().join("docs/timing/h100-widest.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk2.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
