@@ -67,6 +67,7 @@ s7-chain|blind7-chain.chain||3
 r4-swa|blind4-swa.native||3
 r4-mamba|blind4-mamba.native||3
 r4-chain|blind4-chain.chain||3
+s7-mamba.ops|blind7-mamba.native|--time-ops|2
 b-swa.ops|blind-swa.native|--time-ops|2
 b-chain.ops|blind-chain.chain|--time-ops|2
 b-mamba.ops|blind-mamba.native|--time-ops|2
