@@ -5,7 +5,8 @@
 # Run through the device tool with the script, kvsim, kvsim-gpu-bench and plans/ in one carried
 # folder (the script reads them from its own folder): kvsim,
 # kvsim-gpu-bench and plans/*.plan.json.gz (see
-# docs/timing.md, "Reproducing"). Writes $OUT/log.txt and $OUT/results.tar (gzip'd results,
+# docs/timing.md, "Reproducing"); strip the carried kvsim (`strip kvsim`): with its debug
+# information the working tree and the folder pass the device tool's 64 MiB. Writes $OUT/log.txt and $OUT/results.tar (gzip'd results,
 # appended after every run, so a cut-short call still brings back what finished).
 #
 # usage: device_run.sh BUDGET_SECONDS [RUN_NAME ...]   (no names: every run below)
