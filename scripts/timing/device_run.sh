@@ -2,12 +2,12 @@
 # Issue 8 on the device (docs/timing.md): the GPU runs that calibrate and evaluate the cost
 # model and the two experiments, in priority order, within a time budget.
 #
-# Run through the device tool with the script, kvsim, kvsim-gpu-bench and plans/ in one carried
-# folder (the script reads them from its own folder): kvsim,
-# kvsim-gpu-bench and plans/*.plan.json.gz (see
-# docs/timing.md, "Reproducing"); strip the carried kvsim (`strip kvsim`): with its debug
-# information the working tree and the folder pass the device tool's 64 MiB. Writes $OUT/log.txt and $OUT/results.tar (gzip'd results,
-# appended after every run, so a cut-short call still brings back what finished).
+# Run through the device tool with the script, kvsim, kvsim-gpu-bench and plans/*.plan.json.gz
+# in one carried folder (the script reads them from its own folder; see docs/timing.md,
+# "Reproducing"). Strip the carried kvsim (`strip kvsim`): with its debug information the
+# working tree and the folder pass the device tool's 64 MiB. Writes $OUT/log.txt and
+# $OUT/results.tar (gzip'd results, appended after every run, so a cut-short call still brings
+# back what finished).
 #
 # usage: device_run.sh BUDGET_SECONDS [RUN_NAME ...]   (no names: every run below)
 set -u -o pipefail
