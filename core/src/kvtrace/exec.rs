@@ -2,7 +2,7 @@
 //! compiled op at a time applied to the model (§3).
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
-use super::live::{Live, Slots};
+use super::live::{Live, Slots, Unread};
 use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
@@ -189,29 +189,8 @@ impl Replayer {
             Op::GetComputedBlocks(id) => self.get_computed_blocks(data, checked(data, id)?),
             Op::AllocateSlots(a) => self.allocate_slots(data, checked(data, a)?, lookup),
             Op::Commit(c) => self.commit(data, checked(data, c)?),
-            Op::CacheBlocks(c) => {
-                let (id, n) = checked(data, c)?;
-                let l = live_mut(&mut self.slots, data, id)?;
-                if n > l.req.num_computed_tokens {
-                    let have = l.req.num_computed_tokens;
-                    return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
-                }
-                l.req.hash_pending();
-                self.kv.cache_blocks(&l.req, n)?;
-                Ok(Outcome::Null)
-            }
-            Op::Preempt(id) => {
-                let id = checked(data, id)?;
-                let l = live_mut(&mut self.slots, data, id)?;
-                if l.req.status != RequestStatus::Running {
-                    return Err("preempt needs a running request".into());
-                }
-                self.kv.free(l.req.id);
-                l.req.num_computed_tokens = 0;
-                l.req.status = RequestStatus::Preempted;
-                l.uncommitted = None;
-                Ok(Outcome::Null)
-            }
+            Op::CacheBlocks(c) => self.cache_blocks(data, checked(data, c)?),
+            Op::Preempt(id) => self.preempt(data, checked(data, id)?),
             Op::Free(id) => {
                 let id = checked(data, id)?;
                 let rid = live(&self.slots, data, id)?.req.id;
@@ -238,21 +217,28 @@ impl Replayer {
         if self.get(id).is_some() {
             return Err(format!("request id {:?} is already live", data.ids.name(id)).into());
         }
-        let prompt = data.tokens(checked(data, prompt)?);
+        let span = checked(data, prompt)?;
+        let prompt = data.tokens(span);
         let max = self.kv().config.max_model_len;
         if prompt.is_empty() || prompt.len() as u64 >= max {
             return Err(format!("prompt length {} must be in [1, max_model_len={max})", prompt.len()).into());
         }
-        let salt = checked(data, salt)?.map(|s| data.str(s));
+        let salt_str = checked(data, salt)?;
         let rid = self.next_rid;
         self.next_rid += 1;
         let hbs = self.kv.request_hash_block_size();
         // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
         let room = (max as usize).min(prompt.len() + 1024);
         if self.quiet {
-            self.slots
-                .insert(id, |req| req.renew_unhashed(rid, prompt, room, salt, hbs));
+            let unread = Unread {
+                prompt: span,
+                salt: salt_str,
+                room,
+                hash_block_size: hbs,
+            };
+            self.slots.insert_unread(id, rid, unread);
         } else {
+            let salt = salt_str.map(|s| data.str(s));
             self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
         }
         if !self.quiet {
@@ -281,7 +267,7 @@ impl Replayer {
     }
 
     fn get_computed_blocks(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
-        let l = live_mut(&mut self.slots, data, id)?;
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
@@ -313,6 +299,10 @@ impl Replayer {
             .saturating_add(a.num_new_tokens)
             > l.req.num_tokens()
         {
+            // An unread request has no tokens yet (`Slots::insert_unread`): read, then ask again.
+            if !l.is_read() {
+                return self.allocate_slots_unread(data, a, lookup);
+            }
             return Err("allocation beyond the request's known tokens".into());
         }
         l.req.hash_pending();
@@ -331,6 +321,39 @@ impl Replayer {
         l.req.status = RequestStatus::Running;
         l.uncommitted = Some(a.num_new_tokens);
         Ok(Outcome::Alloc)
+    }
+
+    /// `allocate_slots` of a request no op has read yet: read it, then allocate.
+    #[inline(never)]
+    fn allocate_slots_unread(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
+        live_mut(&mut self.slots, data, a.id)?.read(data);
+        self.allocate_slots(data, a, lookup)
+    }
+
+    // Rare ops, out of line: the replay loop keeps only the frequent ones.
+    #[inline(never)]
+    fn cache_blocks(&mut self, data: &OpData, (id, n): (u32, u64)) -> Result<Outcome, OpError> {
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
+        if n > l.req.num_computed_tokens {
+            let have = l.req.num_computed_tokens;
+            return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
+        }
+        l.req.hash_pending();
+        self.kv.cache_blocks(&l.req, n)?;
+        Ok(Outcome::Null)
+    }
+
+    #[inline(never)]
+    fn preempt(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
+        if l.req.status != RequestStatus::Running {
+            return Err("preempt needs a running request".into());
+        }
+        self.kv.free(l.req.id);
+        l.req.num_computed_tokens = 0;
+        l.req.status = RequestStatus::Preempted;
+        l.uncommitted = None;
+        Ok(Outcome::Null)
     }
 
     #[inline(always)]
