@@ -95,7 +95,7 @@ impl CompiledTrace {
         r.quiet();
         // No running index: the ops applied are those the iterator has passed.
         let mut ops = self.ops.iter();
-        for &op in ops.by_ref() {
+        for op in ops.by_ref() {
             if r.apply_inline(&self.data, op).is_err() {
                 return self.ops.len() - ops.len();
             }

@@ -163,21 +163,22 @@ impl Replayer {
 
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
-        self.apply_inline(data, op)
+        self.apply_inline(data, &op)
     }
 
     /// `apply`, inlined into a caller's loop over ops (the quiet replay): its
-    /// register saves are then paid once per replay instead of once per op.
+    /// register saves are then paid once per replay instead of once per op. The op
+    /// by reference: each arm loads only the fields it reads.
     #[inline(always)]
-    pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+    pub(super) fn apply_inline(&mut self, data: &OpData, op: &Op) -> Result<Outcome, OpError> {
         let lookup = self.pending.take();
         self.apply_with(data, op, lookup)
     }
 
     /// `apply`, with the request whose lookup (`hit`) it consumes.
     #[inline(always)]
-    fn apply_with(&mut self, data: &OpData, op: Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
-        match op {
+    fn apply_with(&mut self, data: &OpData, op: &Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
+        match *op {
             Op::NotObject => Err("an op must be an object".into()),
             Op::MissingName => Err("missing op name".into()),
             Op::Unknown(name) => Err(format!("unknown op {:?}", data.str(name)).into()),
