@@ -85,6 +85,12 @@ fn checked<T>(data: &OpData, c: Checked<T>) -> Result<T, OpError> {
     c.map_err(|e| OpError::Invalid(data.str(e).to_string()))
 }
 
+/// `checked`, by reference: the fields stay where the op is, not repacked into registers.
+#[inline(always)]
+fn checked_ref<'a, T>(data: &OpData, c: &'a Checked<T>) -> Result<&'a T, OpError> {
+    c.as_ref().map_err(|&e| OpError::Invalid(data.str(e).to_string()))
+}
+
 impl Replayer {
     pub fn new(kv: KvCacheManager) -> Self {
         Replayer {
@@ -188,8 +194,8 @@ impl Replayer {
                 Ok(Outcome::Null)
             }
             Op::GetComputedBlocks(id) => self.get_computed_blocks(data, checked(data, id)?),
-            Op::AllocateSlots(a) => self.allocate_slots(data, checked(data, a)?, lookup),
-            Op::Commit(c) => self.commit(data, checked(data, c)?),
+            Op::AllocateSlots(ref a) => self.allocate_slots(data, checked_ref(data, a)?, lookup),
+            Op::Commit(ref c) => self.commit(data, checked_ref(data, c)?),
             Op::CacheBlocks(c) => self.cache_blocks(data, checked(data, c)?),
             Op::Preempt(id) => self.preempt(data, checked(data, id)?),
             Op::Free(id) => {
@@ -284,7 +290,7 @@ impl Replayer {
     // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
     // one call's register saves, not two.
     #[inline(always)]
-    fn allocate_slots(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
+    fn allocate_slots(&mut self, data: &OpData, a: &Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
         let l = live_mut(&mut self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
@@ -326,7 +332,7 @@ impl Replayer {
 
     /// `allocate_slots` of a request no op has read yet: read it, then allocate.
     #[inline(never)]
-    fn allocate_slots_unread(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
+    fn allocate_slots_unread(&mut self, data: &OpData, a: &Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
         live_mut(&mut self.slots, data, a.id)?.read(data);
         self.allocate_slots(data, a, lookup)
     }
@@ -358,7 +364,7 @@ impl Replayer {
     }
 
     #[inline(always)]
-    fn commit(&mut self, data: &OpData, c: Commit) -> Result<Outcome, OpError> {
+    fn commit(&mut self, data: &OpData, c: &Commit) -> Result<Outcome, OpError> {
         let outputs = data.tokens(c.output_tokens);
         let max = self.kv().config.max_model_len;
         let n = c.num_tokens;
