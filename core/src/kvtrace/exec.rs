@@ -66,14 +66,6 @@ pub struct Replayer {
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
 /// that it borrows only the slots, not the model. Inlined: every op looks one up.
 #[inline(always)]
-fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String> {
-    slots
-        .get(id)
-        .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
-}
-
-/// `live`, mutably: an op that changes its request looks it up once.
-#[inline(always)]
 fn live_mut<'a>(slots: &'a mut Slots, data: &OpData, id: u32) -> Result<&'a mut Live, String> {
     slots
         .get_mut(id)
@@ -200,9 +192,11 @@ impl Replayer {
             Op::Preempt(id) => self.preempt(data, checked(data, id)?),
             Op::Free(id) => {
                 let id = checked(data, id)?;
-                let rid = live(&self.slots, data, id)?.req.id;
+                // `live_mut`'s message; the slot is looked up once to retire it.
+                let Some(rid) = self.slots.remove(id) else {
+                    return Err(format!("unknown request id {:?}", data.ids.name(id)).into());
+                };
                 self.kv.free(rid);
-                self.slots.remove(id);
                 if !self.quiet {
                     let at = self.order_position(data, id);
                     self.order.remove(at);
