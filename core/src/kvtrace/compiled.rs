@@ -95,7 +95,7 @@ impl CompiledTrace {
         r.quiet();
         // No running index: the ops applied are those the iterator has passed.
         let mut ops = self.ops.iter();
-        for &op in ops.by_ref() {
+        for op in ops.by_ref() {
             if r.apply_inline(&self.data, op).is_err() {
                 return self.ops.len() - ops.len();
             }
@@ -168,11 +168,12 @@ mod tests {
         out
     }
 
-    /// A live request as a later op reads it, its pending hashes computed.
-    fn request_text(l: &Live) -> String {
-        let mut req = l.req.clone();
-        req.hash_pending();
-        format!("{req:?} {:?}", l.uncommitted)
+    /// A live request as a later op reads it: renewed if no op has read it yet
+    /// (`Live::read`), its pending hashes computed.
+    fn request_text(l: &Live, data: &OpData) -> String {
+        let mut l = l.clone();
+        l.read(data).req.hash_pending();
+        format!("{:?} {:?}", l.req, l.uncommitted)
     }
 
     /// How a replayer under comparison runs: quietly or observed, and whether the model
@@ -218,7 +219,8 @@ mod tests {
                 assert_eq!(b.pending(), a.pending(), "trace {i} op {k}");
                 for id in 0..t.data.ids.count() as u32 {
                     let (q, o) = (b.get(id), a.get(id));
-                    assert_eq!(q.map(request_text), o.map(request_text), "trace {i} op {k} id {id}");
+                    let text = |l: &Live| request_text(l, &t.data);
+                    assert_eq!(q.map(text), o.map(text), "trace {i} op {k} id {id}");
                 }
                 ops += 1;
                 if x.is_err() {

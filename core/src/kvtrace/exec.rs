@@ -2,7 +2,7 @@
 //! compiled op at a time applied to the model (§3).
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
-use super::live::{Live, Slots};
+use super::live::{Live, Slots, Unread};
 use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, RequestStatus};
 
 pub enum OpError {
@@ -66,14 +66,6 @@ pub struct Replayer {
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
 /// that it borrows only the slots, not the model. Inlined: every op looks one up.
 #[inline(always)]
-fn live<'a>(slots: &'a Slots, data: &OpData, id: u32) -> Result<&'a Live, String> {
-    slots
-        .get(id)
-        .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
-}
-
-/// `live`, mutably: an op that changes its request looks it up once.
-#[inline(always)]
 fn live_mut<'a>(slots: &'a mut Slots, data: &OpData, id: u32) -> Result<&'a mut Live, String> {
     slots
         .get_mut(id)
@@ -83,6 +75,12 @@ fn live_mut<'a>(slots: &'a mut Slots, data: &OpData, id: u32) -> Result<&'a mut 
 /// A compiled field check, failing with its stored `InvalidOp` message.
 fn checked<T>(data: &OpData, c: Checked<T>) -> Result<T, OpError> {
     c.map_err(|e| OpError::Invalid(data.str(e).to_string()))
+}
+
+/// `checked`, by reference: the fields stay where the op is, not repacked into registers.
+#[inline(always)]
+fn checked_ref<'a, T>(data: &OpData, c: &'a Checked<T>) -> Result<&'a T, OpError> {
+    c.as_ref().map_err(|&e| OpError::Invalid(data.str(e).to_string()))
 }
 
 impl Replayer {
@@ -163,21 +161,22 @@ impl Replayer {
 
     /// Apply one op; every op consumes the pending lookup.
     pub fn apply(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
-        self.apply_inline(data, op)
+        self.apply_inline(data, &op)
     }
 
     /// `apply`, inlined into a caller's loop over ops (the quiet replay): its
-    /// register saves are then paid once per replay instead of once per op.
+    /// register saves are then paid once per replay instead of once per op. The op
+    /// by reference: each arm loads only the fields it reads.
     #[inline(always)]
-    pub(super) fn apply_inline(&mut self, data: &OpData, op: Op) -> Result<Outcome, OpError> {
+    pub(super) fn apply_inline(&mut self, data: &OpData, op: &Op) -> Result<Outcome, OpError> {
         let lookup = self.pending.take();
         self.apply_with(data, op, lookup)
     }
 
     /// `apply`, with the request whose lookup (`hit`) it consumes.
     #[inline(always)]
-    fn apply_with(&mut self, data: &OpData, op: Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
-        match op {
+    fn apply_with(&mut self, data: &OpData, op: &Op, lookup: Option<u32>) -> Result<Outcome, OpError> {
+        match *op {
             Op::NotObject => Err("an op must be an object".into()),
             Op::MissingName => Err("missing op name".into()),
             Op::Unknown(name) => Err(format!("unknown op {:?}", data.str(name)).into()),
@@ -187,36 +186,17 @@ impl Replayer {
                 Ok(Outcome::Null)
             }
             Op::GetComputedBlocks(id) => self.get_computed_blocks(data, checked(data, id)?),
-            Op::AllocateSlots(a) => self.allocate_slots(data, checked(data, a)?, lookup),
-            Op::Commit(c) => self.commit(data, checked(data, c)?),
-            Op::CacheBlocks(c) => {
-                let (id, n) = checked(data, c)?;
-                let l = live_mut(&mut self.slots, data, id)?;
-                if n > l.req.num_computed_tokens {
-                    let have = l.req.num_computed_tokens;
-                    return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
-                }
-                l.req.hash_pending();
-                self.kv.cache_blocks(&l.req, n)?;
-                Ok(Outcome::Null)
-            }
-            Op::Preempt(id) => {
-                let id = checked(data, id)?;
-                let l = live_mut(&mut self.slots, data, id)?;
-                if l.req.status != RequestStatus::Running {
-                    return Err("preempt needs a running request".into());
-                }
-                self.kv.free(l.req.id);
-                l.req.num_computed_tokens = 0;
-                l.req.status = RequestStatus::Preempted;
-                l.uncommitted = None;
-                Ok(Outcome::Null)
-            }
+            Op::AllocateSlots(ref a) => self.allocate_slots(data, checked_ref(data, a)?, lookup),
+            Op::Commit(ref c) => self.commit(data, checked_ref(data, c)?),
+            Op::CacheBlocks(c) => self.cache_blocks(data, checked(data, c)?),
+            Op::Preempt(id) => self.preempt(data, checked(data, id)?),
             Op::Free(id) => {
                 let id = checked(data, id)?;
-                let rid = live(&self.slots, data, id)?.req.id;
+                // `live_mut`'s message; the slot is looked up once to retire it.
+                let Some(rid) = self.slots.remove(id) else {
+                    return Err(format!("unknown request id {:?}", data.ids.name(id)).into());
+                };
                 self.kv.free(rid);
-                self.slots.remove(id);
                 if !self.quiet {
                     let at = self.order_position(data, id);
                     self.order.remove(at);
@@ -238,21 +218,28 @@ impl Replayer {
         if self.get(id).is_some() {
             return Err(format!("request id {:?} is already live", data.ids.name(id)).into());
         }
-        let prompt = data.tokens(checked(data, prompt)?);
+        let span = checked(data, prompt)?;
+        let prompt = data.tokens(span);
         let max = self.kv().config.max_model_len;
         if prompt.is_empty() || prompt.len() as u64 >= max {
             return Err(format!("prompt length {} must be in [1, max_model_len={max})", prompt.len()).into());
         }
-        let salt = checked(data, salt)?.map(|s| data.str(s));
+        let salt_str = checked(data, salt)?;
         let rid = self.next_rid;
         self.next_rid += 1;
         let hbs = self.kv.request_hash_block_size();
         // Room for outputs up to max_model_len (bounded), so commits do not regrow it.
         let room = (max as usize).min(prompt.len() + 1024);
         if self.quiet {
-            self.slots
-                .insert(id, |req| req.renew_unhashed(rid, prompt, room, salt, hbs));
+            let unread = Unread {
+                prompt: span,
+                salt: salt_str,
+                room,
+                hash_block_size: hbs,
+            };
+            self.slots.insert_unread(id, rid, unread);
         } else {
+            let salt = salt_str.map(|s| data.str(s));
             self.slots.insert(id, |req| req.renew(rid, prompt, room, salt, hbs));
         }
         if !self.quiet {
@@ -281,7 +268,7 @@ impl Replayer {
     }
 
     fn get_computed_blocks(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
-        let l = live_mut(&mut self.slots, data, id)?;
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
         if l.req.status == RequestStatus::Running || l.req.num_computed_tokens != 0 {
             return Err("get_computed_blocks needs a waiting or preempted request without blocks".into());
         }
@@ -297,7 +284,7 @@ impl Replayer {
     // Inlined into `apply`, like `commit`: the two ops of nearly every step then pay
     // one call's register saves, not two.
     #[inline(always)]
-    fn allocate_slots(&mut self, data: &OpData, a: Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
+    fn allocate_slots(&mut self, data: &OpData, a: &Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
         let l = live_mut(&mut self.slots, data, a.id)?;
         if l.uncommitted.is_some() {
             return Err("the request's last allocation is not committed yet".into());
@@ -313,6 +300,10 @@ impl Replayer {
             .saturating_add(a.num_new_tokens)
             > l.req.num_tokens()
         {
+            // An unread request has no tokens yet (`Slots::insert_unread`): read, then ask again.
+            if !l.is_read() {
+                return self.allocate_slots_unread(data, a, lookup);
+            }
             return Err("allocation beyond the request's known tokens".into());
         }
         l.req.hash_pending();
@@ -333,8 +324,41 @@ impl Replayer {
         Ok(Outcome::Alloc)
     }
 
+    /// `allocate_slots` of a request no op has read yet: read it, then allocate.
+    #[inline(never)]
+    fn allocate_slots_unread(&mut self, data: &OpData, a: &Alloc, lookup: Option<u32>) -> Result<Outcome, OpError> {
+        live_mut(&mut self.slots, data, a.id)?.read(data);
+        self.allocate_slots(data, a, lookup)
+    }
+
+    // Rare ops, out of line: the replay loop keeps only the frequent ones.
+    #[inline(never)]
+    fn cache_blocks(&mut self, data: &OpData, (id, n): (u32, u64)) -> Result<Outcome, OpError> {
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
+        if n > l.req.num_computed_tokens {
+            let have = l.req.num_computed_tokens;
+            return Err(format!("num_tokens {n} exceeds num_computed_tokens {have}").into());
+        }
+        l.req.hash_pending();
+        self.kv.cache_blocks(&l.req, n)?;
+        Ok(Outcome::Null)
+    }
+
+    #[inline(never)]
+    fn preempt(&mut self, data: &OpData, id: u32) -> Result<Outcome, OpError> {
+        let l = live_mut(&mut self.slots, data, id)?.read(data);
+        if l.req.status != RequestStatus::Running {
+            return Err("preempt needs a running request".into());
+        }
+        self.kv.free(l.req.id);
+        l.req.num_computed_tokens = 0;
+        l.req.status = RequestStatus::Preempted;
+        l.uncommitted = None;
+        Ok(Outcome::Null)
+    }
+
     #[inline(always)]
-    fn commit(&mut self, data: &OpData, c: Commit) -> Result<Outcome, OpError> {
+    fn commit(&mut self, data: &OpData, c: &Commit) -> Result<Outcome, OpError> {
         let outputs = data.tokens(c.output_tokens);
         let max = self.kv().config.max_model_len;
         let n = c.num_tokens;

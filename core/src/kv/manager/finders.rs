@@ -57,6 +57,28 @@ pub fn find_longest_cache_hit_into(
     };
     empty_lists(out, groups.len());
     let max_blocks = ((max_length / bs) as usize).min(view.len());
+    if let ([key_group], GroupKind::FullAttention | GroupKind::Mla) = (groups, spec.kind) {
+        // One group (every unitary lookup): the probe and the list without the
+        // per-group lanes, before the lanes are set up.
+        let list = &mut out[0];
+        for i in 0..max_blocks {
+            let hash = hashes[(i + 1) * view.scale - 1];
+            match pool.cached_block(&BlockKey {
+                hash,
+                group: *key_group,
+            }) {
+                Some(b) => list.push(b),
+                None => break,
+            }
+        }
+        let len = list.len() as u64 * bs;
+        if alignment == bs {
+            return len;
+        }
+        let len = len - len % alignment;
+        list.truncate(len.div_ceil(bs) as usize);
+        return len;
+    }
     // One block per group for the probed position (reused across probes), on the
     // stack for the usual few groups: a lookup then allocates nothing here.
     let (mut stack, mut heap) = ([NULL_BLOCK; 8], Vec::new());
@@ -73,25 +95,6 @@ pub fn find_longest_cache_hit_into(
         }
     };
     match spec.kind {
-        GroupKind::FullAttention | GroupKind::Mla if groups.len() == 1 => {
-            // One group (every unitary lookup): the probe and the list without the
-            // per-group lanes.
-            let (list, key_group) = (&mut out[0], groups[0]);
-            for i in 0..max_blocks {
-                let hash = hashes[(i + 1) * view.scale - 1];
-                match pool.cached_block(&BlockKey { hash, group: key_group }) {
-                    Some(b) => list.push(b),
-                    None => break,
-                }
-            }
-            let len = list.len() as u64 * bs;
-            if alignment == bs {
-                return len;
-            }
-            let len = len - len % alignment;
-            list.truncate(len.div_ceil(bs) as usize);
-            len
-        }
         GroupKind::FullAttention | GroupKind::Mla => {
             // Downward-closed: stop at the first miss (chained hashes).
             for i in 0..max_blocks {

@@ -99,6 +99,9 @@ pub struct ReqStates {
     map: ReqMap<ReqEntry>,
     /// Entries of freed requests, kept for their tables' storage.
     spare: Vec<Vec<GroupReq>>,
+    /// Entries left over when `reset` fits the spares to fewer groups, for lists it
+    /// fits to more: a model of another layout then still finds tables with storage.
+    spare_entries: Vec<GroupReq>,
     /// Groups in the model: the length of every entry list.
     groups: usize,
     pub(crate) log: TableLog,
@@ -107,6 +110,7 @@ pub struct ReqStates {
 reuse_clone!(ReqStates {
     map,
     spare,
+    spare_entries,
     groups,
     log
 });
@@ -186,6 +190,19 @@ impl ReqStates {
             e.groups.iter_mut().for_each(GroupReq::forget);
             spare.push(e.groups);
         });
+        if groups != self.groups {
+            // Every spare list to the new length here, once, rather than in `entry`,
+            // where shortening one dropped its tables and lengthening it made empty ones.
+            let extra = &mut self.spare_entries;
+            for s in spare.iter_mut() {
+                if s.len() > groups {
+                    extra.extend(s.drain(groups..));
+                }
+                while s.len() < groups {
+                    s.push(extra.pop().unwrap_or_default());
+                }
+            }
+        }
         self.groups = groups;
         self.log = TableLog::default();
     }
