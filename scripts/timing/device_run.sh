@@ -88,7 +88,7 @@ while IFS='|' read -r name plan flags repeat; do
     # shellcheck disable=SC2086
     timeout 200 $D/kvsim replay $W/$plan.plan.json --backend gpu --warmup 1 --repeat "$repeat" $flags \
       --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
-    # s2-* .. s5-* are blind sets: no timings in the log, packed apart and kept sealed
+    # sN-* (s2-* on) are blind sets: no timings in the log, packed apart and kept sealed
     # until predictions for them are committed.
     if [[ "$name" == s[0-9]-* ]]; then
       grep -v 'µs\|MAPE' $W/$name.log >> $LOG; tarball=$OUT/sealed.tar

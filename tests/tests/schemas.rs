@@ -168,7 +168,7 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &root().join("docs/timing/h200-combine.json"));
     assert_valid_file("profile", &root().join("docs/timing/h200-experts.json"));
     assert_valid_file("profile", &root().join("docs/timing/h200-experts-start.json"));
-    // The H100 profile fitted on every H100 measurement (issue 21, blind5's predictions).
+    // The H100 profiles each blind set from blind5 on was predicted with (issue 21).
     assert_valid_file("profile", &root().join("docs/timing/h100-widest.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk2.json"));

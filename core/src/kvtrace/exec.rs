@@ -67,9 +67,15 @@ pub struct Replayer {
 /// that it borrows only the slots, not the model. Inlined: every op looks one up.
 #[inline(always)]
 fn live_mut<'a>(slots: &'a mut Slots, data: &OpData, id: u32) -> Result<&'a mut Live, String> {
-    slots
-        .get_mut(id)
-        .ok_or_else(|| format!("unknown request id {:?}", data.ids.name(id)))
+    slots.get_mut(id).ok_or_else(|| unknown_id(data, id))
+}
+
+/// The `InvalidOp` message of an op naming a request that is not live. Cold: only
+/// failing ops build it.
+#[cold]
+#[inline(never)]
+fn unknown_id(data: &OpData, id: u32) -> String {
+    format!("unknown request id {:?}", data.ids.name(id))
 }
 
 /// A compiled field check, failing with its stored `InvalidOp` message.
@@ -192,9 +198,9 @@ impl Replayer {
             Op::Preempt(id) => self.preempt(data, checked(data, id)?),
             Op::Free(id) => {
                 let id = checked(data, id)?;
-                // `live_mut`'s message; the slot is looked up once to retire it.
+                // The slot is looked up once, to read the request's id and retire it.
                 let Some(rid) = self.slots.remove(id) else {
-                    return Err(format!("unknown request id {:?}", data.ids.name(id)).into());
+                    return Err(unknown_id(data, id).into());
                 };
                 self.kv.free(rid);
                 if !self.quiet {

@@ -305,8 +305,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             if *blocks == 0 {
                 return Vec::new();
             }
-            let zero = matches!(op, OpDesc::ZeroBlocks { .. });
-            let (byte, iter, moved) = if zero {
+            let (byte, iter, moved) = if matches!(op, OpDesc::ZeroBlocks { .. }) {
                 (ix::ZERO_BYTE, ix::ZERO_ITER, 1)
             } else {
                 (ix::COPY_BYTE, ix::COPY_ITER, 2)
