@@ -65,10 +65,15 @@ s6-chain|blind6-chain.chain||3
 s7-swa|blind7-swa.native||3
 s7-mamba|blind7-mamba.native||3
 s7-chain|blind7-chain.chain||3
+s8-swa|blind8-swa.native||3
+s8-mamba|blind8-mamba.native||3
+s8-chain|blind8-chain.chain||3
 r4-swa|blind4-swa.native||3
 r4-mamba|blind4-mamba.native||3
 r4-chain|blind4-chain.chain||3
 s7-mamba.ops|blind7-mamba.native|--time-ops|2
+s2-mamba.ops|blind2-mamba.native|--time-ops|2
+s5-chain.ops|blind5-chain.chain|--time-ops|2
 b-swa.ops|blind-swa.native|--time-ops|2
 b-chain.ops|blind-chain.chain|--time-ops|2
 b-mamba.ops|blind-mamba.native|--time-ops|2

@@ -172,6 +172,7 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &root().join("docs/timing/h100-widest.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk2.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk3.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
