@@ -1,13 +1,12 @@
 //! vLLM's `BlockPool` (vllm_kv.md §1): ref counts, the free queue, the prefix-cache
 //! map keyed by (hash, group) with duplicates, lazy eviction, and the reset.
 
-use std::collections::hash_map::Entry;
-
 use super::bump;
 use super::changes::PoolChanges;
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
 use super::key_blocks::KeyBlocks;
+use super::key_map::KeyMap;
 use super::mutant::ModelMutant;
 
 /// Block 0 is the null block: a table placeholder, never handed out or cached.
@@ -50,7 +49,7 @@ pub struct BlockPool {
     /// by block id; rare, so kept sparse (a pool's cost follows its use, not its size).
     secondary: FastMap<u32, Vec<BlockKey>>,
     /// Key → block ids in insertion order; the first is what lookups return.
-    cached: FastMap<BlockKey, KeyBlocks>,
+    cached: KeyMap,
     /// Bumped by every change to the keys or the hashed blocks (what observations
     /// show of the cache), so that observers re-render only then.
     hash_version: u64,
@@ -102,7 +101,7 @@ impl BlockPool {
             secondary: FastMap::default(),
             // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
             // tens of MB before its first op.
-            cached: FastMap::default(),
+            cached: KeyMap::default(),
             hash_version: 0,
             free: FreeQueue::with_range(0, 0..0),
             scratch: Vec::new(),
@@ -394,16 +393,17 @@ impl BlockPool {
     #[inline(always)]
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
         // One probe finds the entry and, when its last block goes, removes it.
-        let Entry::Occupied(mut e) = self.cached.entry(key) else {
+        let Ok(at) = self.cached.find(&key) else {
             return false;
         };
+        let blocks = self.cached.blocks_mut(at);
         // Nearly always the key's only block.
-        if e.get().is_only(id) {
-            e.remove();
-        } else if !e.get_mut().remove(id) {
+        if blocks.is_only(id) {
+            self.cached.remove_at(at);
+        } else if !blocks.remove(id) {
             return false;
-        } else if e.get().is_empty() {
-            e.remove();
+        } else if blocks.is_empty() {
+            self.cached.remove_at(at);
         }
         self.changes.key(key);
         bump(&mut self.hash_version, 1);
@@ -480,12 +480,15 @@ impl BlockPool {
             return;
         }
         // One probe both checks for and registers the (key, block) entry.
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
-            Entry::Occupied(_) => return,
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
+        match self.cached.find(&key) {
+            Ok(at) => {
+                let blocks = self.cached.blocks_mut(at);
+                if blocks.contains(id) {
+                    return;
+                }
+                blocks.push(id);
             }
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         bump(&mut self.hash_version, 1);
         self.changes.block(id);
@@ -509,12 +512,15 @@ impl BlockPool {
             self.unhash_shorter(id, num_tokens)?;
         }
         // The block has no primary now: `insert_block_hash` without its checks for one.
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
-            Entry::Occupied(_) => return Ok(()),
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
+        match self.cached.find(&key) {
+            Ok(at) => {
+                let blocks = self.cached.blocks_mut(at);
+                if blocks.contains(id) {
+                    return Ok(());
+                }
+                blocks.push(id);
             }
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         self.changes.block(id);
         self.changes.key(key);
@@ -621,8 +627,8 @@ impl BlockPool {
     /// Visit every map entry in unspecified order (callers must not let the order
     /// reach output; see `cache_entries` for a sorted copy).
     pub fn for_each_entry(&self, mut f: impl FnMut(&BlockKey, &[u32])) {
-        for (k, ids) in &self.cached {
-            f(k, ids.as_slice());
+        for (k, ids) in self.cached.iter() {
+            f(&k, ids.as_slice());
         }
     }
 
@@ -638,7 +644,7 @@ impl BlockPool {
         let mut v: Vec<_> = self
             .cached
             .iter()
-            .map(|(k, ids)| (*k, ids.as_slice().to_vec()))
+            .map(|(k, ids)| (k, ids.as_slice().to_vec()))
             .collect();
         v.sort();
         v
@@ -676,11 +682,9 @@ impl BlockPool {
     #[doc(hidden)]
     pub fn corrupt_insert_key(&mut self, key: BlockKey, id: u32) {
         self.changes.key(key);
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) => e.get_mut().push(id),
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
-            }
+        match self.cached.find(&key) {
+            Ok(at) => self.cached.blocks_mut(at).push(id),
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         bump(&mut self.hash_version, 1);
     }
