@@ -21,6 +21,26 @@ pub struct BlockHashTag {
     pub num_tokens: u64,
 }
 
+/// A block's primary key and the prefix length it covers, by block id (`BlockPool::primary`):
+/// one entry, so reading or writing a block's key checks one index, not three.
+#[derive(Clone, Copy, Debug, Default)]
+struct Primary {
+    hash: u128,
+    group: u32,
+    tokens: u64,
+}
+
+impl Primary {
+    #[inline(always)]
+    fn of(key: BlockKey, tokens: u64) -> Self {
+        Primary {
+            hash: key.hash,
+            group: key.group,
+            tokens,
+        }
+    }
+}
+
 /// The pool's internal consistency was violated (a model bug, never user input).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
@@ -37,12 +57,9 @@ pub struct BlockPool {
     num_blocks: u32,
     enable_caching: bool,
     ref_cnt: Vec<u32>,
-    /// Each block's primary key and token count, by block id, as plain integer columns
-    /// (valid where the block's `hashed` bit is set): zeroed memory, so a large pool's pages
-    /// are only touched as its blocks are cached.
-    primary_hash: Vec<u128>,
-    primary_group: Vec<u32>,
-    primary_tokens: Vec<u64>,
+    /// Each block's primary key and token count, by block id (valid where the block's
+    /// `hashed` bit is set).
+    primary: Vec<Primary>,
     /// One bit per block: set iff it has a primary key (observations list these ids).
     hashed: Vec<u64>,
     /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`),
@@ -68,9 +85,7 @@ reuse_clone!(BlockPool {
     num_blocks,
     enable_caching,
     ref_cnt,
-    primary_hash,
-    primary_group,
-    primary_tokens,
+    primary,
     hashed,
     secondary,
     cached,
@@ -94,9 +109,7 @@ impl BlockPool {
             num_blocks: 0,
             enable_caching,
             ref_cnt: Vec::new(),
-            primary_hash: Vec::new(),
-            primary_group: Vec::new(),
-            primary_tokens: Vec::new(),
+            primary: Vec::new(),
             hashed: Vec::new(),
             secondary: FastMap::default(),
             // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
@@ -133,9 +146,7 @@ impl BlockPool {
         zeroed(&mut self.hashed, n.div_ceil(64));
         // Read only where a block's `hashed` bit is set, as after an eviction: what an
         // earlier model left in them is never seen.
-        self.primary_hash.resize(n, 0);
-        self.primary_group.resize(n, 0);
-        self.primary_tokens.resize(n, 0);
+        self.primary.resize(n, Primary::default());
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;
@@ -170,12 +181,15 @@ impl BlockPool {
     #[inline]
     pub fn block_hash(&self, id: u32) -> Option<BlockHashTag> {
         let i = id as usize;
-        (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| BlockHashTag {
-            key: BlockKey {
-                hash: self.primary_hash[i],
-                group: self.primary_group[i],
-            },
-            num_tokens: self.primary_tokens[i],
+        (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| {
+            let p = self.primary[i];
+            BlockHashTag {
+                key: BlockKey {
+                    hash: p.hash,
+                    group: p.group,
+                },
+                num_tokens: p.tokens,
+            }
         })
     }
 
@@ -249,8 +263,7 @@ impl BlockPool {
         }
         if let Some(t) = tag {
             let i = id as usize;
-            (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) =
-                (t.key.hash, t.key.group, t.num_tokens);
+            self.primary[i] = Primary::of(t.key, t.num_tokens);
         }
         bump(&mut self.hash_version, 1);
     }
@@ -530,7 +543,7 @@ impl BlockPool {
         // `set_primary(id, Some(..))`, inlined: the block has no primary.
         let i = id as usize;
         self.hashed[i / 64] |= 1 << (i % 64);
-        (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
+        self.primary[i] = Primary::of(key, num_tokens);
         // One bump each for the new entry and the new primary, as the steps they fold.
         bump(&mut self.hash_version, 2);
         Ok(())
