@@ -230,7 +230,7 @@ mod tests {
     /// Keys that share homes: small hashes, and hashes equal modulo every table size.
     fn key(i: u64) -> BlockKey {
         BlockKey {
-            hash: if i % 3 == 0 {
+            hash: if i.is_multiple_of(3) {
                 u128::from(i)
             } else {
                 u128::from(i % 5) << 64 | u128::from(i % 7) << 20
