@@ -1,13 +1,12 @@
 //! vLLM's `BlockPool` (vllm_kv.md §1): ref counts, the free queue, the prefix-cache
 //! map keyed by (hash, group) with duplicates, lazy eviction, and the reset.
 
-use std::collections::hash_map::Entry;
-
 use super::bump;
 use super::changes::PoolChanges;
 use super::free_queue::FreeQueue;
 use super::hash::{BlockKey, FastMap};
 use super::key_blocks::KeyBlocks;
+use super::key_map::KeyMap;
 use super::mutant::ModelMutant;
 
 /// Block 0 is the null block: a table placeholder, never handed out or cached.
@@ -20,6 +19,26 @@ pub struct BlockHashTag {
     pub key: BlockKey,
     /// Tokens of the prefix the hash covers.
     pub num_tokens: u64,
+}
+
+/// A block's primary key and the prefix length it covers, by block id (`BlockPool::primary`):
+/// one entry, so reading or writing a block's key checks one index, not three.
+#[derive(Clone, Copy, Debug, Default)]
+struct Primary {
+    hash: u128,
+    group: u32,
+    tokens: u64,
+}
+
+impl Primary {
+    #[inline(always)]
+    fn of(key: BlockKey, tokens: u64) -> Self {
+        Primary {
+            hash: key.hash,
+            group: key.group,
+            tokens,
+        }
+    }
 }
 
 /// The pool's internal consistency was violated (a model bug, never user input).
@@ -38,19 +57,16 @@ pub struct BlockPool {
     num_blocks: u32,
     enable_caching: bool,
     ref_cnt: Vec<u32>,
-    /// Each block's primary key and token count, by block id, as plain integer columns
-    /// (valid where the block's `hashed` bit is set): zeroed memory, so a large pool's pages
-    /// are only touched as its blocks are cached.
-    primary_hash: Vec<u128>,
-    primary_group: Vec<u32>,
-    primary_tokens: Vec<u64>,
+    /// Each block's primary key and token count, by block id (valid where the block's
+    /// `hashed` bit is set).
+    primary: Vec<Primary>,
     /// One bit per block: set iff it has a primary key (observations list these ids).
     hashed: Vec<u64>,
     /// Secondary keys of blocks that already have a primary (`cached_block_hashes_by_block`),
     /// by block id; rare, so kept sparse (a pool's cost follows its use, not its size).
     secondary: FastMap<u32, Vec<BlockKey>>,
     /// Key → block ids in insertion order; the first is what lookups return.
-    cached: FastMap<BlockKey, KeyBlocks>,
+    cached: KeyMap,
     /// Bumped by every change to the keys or the hashed blocks (what observations
     /// show of the cache), so that observers re-render only then.
     hash_version: u64,
@@ -69,9 +85,7 @@ reuse_clone!(BlockPool {
     num_blocks,
     enable_caching,
     ref_cnt,
-    primary_hash,
-    primary_group,
-    primary_tokens,
+    primary,
     hashed,
     secondary,
     cached,
@@ -95,14 +109,12 @@ impl BlockPool {
             num_blocks: 0,
             enable_caching,
             ref_cnt: Vec::new(),
-            primary_hash: Vec::new(),
-            primary_group: Vec::new(),
-            primary_tokens: Vec::new(),
+            primary: Vec::new(),
             hashed: Vec::new(),
             secondary: FastMap::default(),
             // Grown as blocks are cached: presizing it to the pool made a 1M-block pool cost
             // tens of MB before its first op.
-            cached: FastMap::default(),
+            cached: KeyMap::default(),
             hash_version: 0,
             free: FreeQueue::with_range(0, 0..0),
             scratch: Vec::new(),
@@ -134,9 +146,7 @@ impl BlockPool {
         zeroed(&mut self.hashed, n.div_ceil(64));
         // Read only where a block's `hashed` bit is set, as after an eviction: what an
         // earlier model left in them is never seen.
-        self.primary_hash.resize(n, 0);
-        self.primary_group.resize(n, 0);
-        self.primary_tokens.resize(n, 0);
+        self.primary.resize(n, Primary::default());
         self.secondary.clear();
         self.cached.clear();
         self.hash_version = 0;
@@ -171,12 +181,15 @@ impl BlockPool {
     #[inline]
     pub fn block_hash(&self, id: u32) -> Option<BlockHashTag> {
         let i = id as usize;
-        (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| BlockHashTag {
-            key: BlockKey {
-                hash: self.primary_hash[i],
-                group: self.primary_group[i],
-            },
-            num_tokens: self.primary_tokens[i],
+        (self.hashed[i / 64] & (1 << (i % 64)) != 0).then(|| {
+            let p = self.primary[i];
+            BlockHashTag {
+                key: BlockKey {
+                    hash: p.hash,
+                    group: p.group,
+                },
+                num_tokens: p.tokens,
+            }
         })
     }
 
@@ -250,8 +263,7 @@ impl BlockPool {
         }
         if let Some(t) = tag {
             let i = id as usize;
-            (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) =
-                (t.key.hash, t.key.group, t.num_tokens);
+            self.primary[i] = Primary::of(t.key, t.num_tokens);
         }
         bump(&mut self.hash_version, 1);
     }
@@ -394,16 +406,17 @@ impl BlockPool {
     #[inline(always)]
     fn pop_key(&mut self, key: BlockKey, id: u32) -> bool {
         // One probe finds the entry and, when its last block goes, removes it.
-        let Entry::Occupied(mut e) = self.cached.entry(key) else {
+        let Ok(at) = self.cached.find(&key) else {
             return false;
         };
+        let blocks = self.cached.blocks_mut(at);
         // Nearly always the key's only block.
-        if e.get().is_only(id) {
-            e.remove();
-        } else if !e.get_mut().remove(id) {
+        if blocks.is_only(id) {
+            self.cached.remove_at(at);
+        } else if !blocks.remove(id) {
             return false;
-        } else if e.get().is_empty() {
-            e.remove();
+        } else if blocks.is_empty() {
+            self.cached.remove_at(at);
         }
         self.changes.key(key);
         bump(&mut self.hash_version, 1);
@@ -480,12 +493,15 @@ impl BlockPool {
             return;
         }
         // One probe both checks for and registers the (key, block) entry.
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
-            Entry::Occupied(_) => return,
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
+        match self.cached.find(&key) {
+            Ok(at) => {
+                let blocks = self.cached.blocks_mut(at);
+                if blocks.contains(id) {
+                    return;
+                }
+                blocks.push(id);
             }
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         bump(&mut self.hash_version, 1);
         self.changes.block(id);
@@ -509,12 +525,15 @@ impl BlockPool {
             self.unhash_shorter(id, num_tokens)?;
         }
         // The block has no primary now: `insert_block_hash` without its checks for one.
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) if !e.get().contains(id) => e.get_mut().push(id),
-            Entry::Occupied(_) => return Ok(()),
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
+        match self.cached.find(&key) {
+            Ok(at) => {
+                let blocks = self.cached.blocks_mut(at);
+                if blocks.contains(id) {
+                    return Ok(());
+                }
+                blocks.push(id);
             }
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         self.changes.block(id);
         self.changes.key(key);
@@ -524,7 +543,7 @@ impl BlockPool {
         // `set_primary(id, Some(..))`, inlined: the block has no primary.
         let i = id as usize;
         self.hashed[i / 64] |= 1 << (i % 64);
-        (self.primary_hash[i], self.primary_group[i], self.primary_tokens[i]) = (key.hash, key.group, num_tokens);
+        self.primary[i] = Primary::of(key, num_tokens);
         // One bump each for the new entry and the new primary, as the steps they fold.
         bump(&mut self.hash_version, 2);
         Ok(())
@@ -621,8 +640,8 @@ impl BlockPool {
     /// Visit every map entry in unspecified order (callers must not let the order
     /// reach output; see `cache_entries` for a sorted copy).
     pub fn for_each_entry(&self, mut f: impl FnMut(&BlockKey, &[u32])) {
-        for (k, ids) in &self.cached {
-            f(k, ids.as_slice());
+        for (k, ids) in self.cached.iter() {
+            f(&k, ids.as_slice());
         }
     }
 
@@ -638,7 +657,7 @@ impl BlockPool {
         let mut v: Vec<_> = self
             .cached
             .iter()
-            .map(|(k, ids)| (*k, ids.as_slice().to_vec()))
+            .map(|(k, ids)| (k, ids.as_slice().to_vec()))
             .collect();
         v.sort();
         v
@@ -676,11 +695,9 @@ impl BlockPool {
     #[doc(hidden)]
     pub fn corrupt_insert_key(&mut self, key: BlockKey, id: u32) {
         self.changes.key(key);
-        match self.cached.entry(key) {
-            Entry::Occupied(mut e) => e.get_mut().push(id),
-            Entry::Vacant(e) => {
-                e.insert(KeyBlocks::one(id));
-            }
+        match self.cached.find(&key) {
+            Ok(at) => self.cached.blocks_mut(at).push(id),
+            Err(at) => self.cached.insert_vacant(at, key, KeyBlocks::one(id)),
         }
         bump(&mut self.hash_version, 1);
     }

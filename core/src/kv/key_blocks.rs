@@ -17,6 +17,9 @@ pub enum KeyBlocks {
 }
 
 impl KeyBlocks {
+    /// No block (an empty slot's placeholder in `KeyMap`).
+    pub const EMPTY: KeyBlocks = KeyBlocks::Inline { len: 0, ids: [0; 3] };
+
     /// One block.
     pub fn one(id: u32) -> Self {
         KeyBlocks::Inline {

@@ -10,6 +10,7 @@ pub mod coordinator;
 pub mod free_queue;
 pub mod hash;
 pub mod key_blocks;
+pub mod key_map;
 pub mod kv_cache_manager;
 pub mod manager;
 pub mod mutant;
