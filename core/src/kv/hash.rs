@@ -147,11 +147,40 @@ pub fn extend_block_hashes(hashes: &mut Vec<BlockHash>, tokens: &[u64], block_si
         }
     };
     match block_size {
-        4 => chain(hash_unsalted::<4, 57>),
-        8 => chain(hash_unsalted::<8, 89>),
-        16 => chain(hash_unsalted::<16, 153>),
+        4 => chain(chain_unsalted::<4, 57, 41>),
+        8 => chain(chain_unsalted::<8, 89, 57>),
+        16 => chain(chain_unsalted::<16, 153, 89>),
         _ => chain(|p, block| hash_block(p, block, None)),
     }
+}
+
+/// The count word's top bit of an encoding with 4-byte tokens (`chain_unsalted`): no
+/// other encoding sets it (a block of 2^63 tokens cannot be), so the two never meet.
+const NARROW: u64 = 1 << 63;
+
+/// A chained block of the usual sizes: `hash_unsalted`'s encoding, or, when every token
+/// fits 32 bits (token ids do), the same with 4-byte tokens and `NARROW` in the count
+/// word (`LEN4` = 4·N + 25 bytes): xxh3 reads a third fewer bytes, a shorter path for
+/// 16 tokens. Only the request chains use it; their values are never observed, only
+/// compared with each other (`hash_block` itself keeps one encoding).
+#[inline(always)]
+fn chain_unsalted<const N: usize, const LEN: usize, const LEN4: usize>(
+    parent: Option<BlockHash>,
+    tokens: &[u64],
+) -> BlockHash {
+    debug_assert_eq!(LEN4, 4 * N + 25);
+    let tokens: &[u64; N] = tokens[..N].try_into().expect("N tokens");
+    if tokens.iter().fold(0, |acc, &t| acc | t) >> 32 != 0 {
+        return hash_unsalted::<N, LEN>(parent, tokens);
+    }
+    let mut buf = [0u8; LEN4];
+    buf[..16].copy_from_slice(&parent.unwrap_or(NONE_HASH).to_le_bytes());
+    buf[16..24].copy_from_slice(&(N as u64 | NARROW).to_le_bytes());
+    for (d, &t) in buf[24..24 + 4 * N].chunks_exact_mut(4).zip(tokens) {
+        d.copy_from_slice(&(t as u32).to_le_bytes());
+    }
+    // The last byte: no salt (0), as `[0; LEN4]` left it.
+    xxh3_128(&buf)
 }
 
 /// A pass-through hasher for keys that are already uniformly random digests.
@@ -225,6 +254,22 @@ mod tests {
         h.digest128()
     }
 
+    /// The reference digest of an unsalted chained block of 4, 8 or 16 tokens: 4-byte
+    /// tokens and `NARROW` in the count word when every token fits 32 bits.
+    fn chained(parent: Option<BlockHash>, tokens: &[u64]) -> BlockHash {
+        if tokens.iter().any(|&t| t > u64::from(u32::MAX)) {
+            return streamed(parent, tokens, None);
+        }
+        let mut h = Xxh3::new();
+        h.update(&parent.unwrap_or(NONE_HASH).to_le_bytes());
+        h.update(&(tokens.len() as u64 | NARROW).to_le_bytes());
+        for &t in tokens {
+            h.update(&(t as u32).to_le_bytes());
+        }
+        h.update(&[0]);
+        h.digest128()
+    }
+
     #[test]
     fn digests_do_not_depend_on_the_buffering() {
         let salt = "s".repeat(300);
@@ -266,13 +311,26 @@ mod tests {
 
     #[test]
     fn the_chain_is_each_block_streamed_on_its_parent_in_any_number_of_extensions() {
-        let toks: Vec<u64> = (0..70u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7).collect();
+        // Wide tokens, tokens that fit 32 bits (4-byte encoding), and a mix of both.
+        let wide: Vec<u64> = (0..70u64).map(|t| t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7).collect();
+        let narrow: Vec<u64> = wide.iter().map(|t| t >> 32).collect();
+        let mixed: Vec<u64> = (0..70).map(|i| if i % 13 == 5 { wide[i] } else { narrow[i] }).collect();
+        for toks in [wide, narrow, mixed] {
+            chain_matches_reference(&toks);
+        }
+    }
+
+    fn chain_matches_reference(toks: &[u64]) {
         for bs in 1..=17 {
             for salt in [None, Some("s")] {
                 let mut want: Vec<BlockHash> = Vec::new();
                 for (i, block) in toks.chunks_exact(bs).enumerate() {
                     let first_salt = if i == 0 { salt } else { None };
-                    want.push(streamed(want.last().copied(), block, first_salt));
+                    want.push(if first_salt.is_none() && matches!(bs, 4 | 8 | 16) {
+                        chained(want.last().copied(), block)
+                    } else {
+                        streamed(want.last().copied(), block, first_salt)
+                    });
                 }
                 for step in [1, 3, 70] {
                     let mut got = Vec::new();
