@@ -22,7 +22,9 @@ pub struct BlockHashTag {
 }
 
 /// A block's primary key and the prefix length it covers, by block id (`BlockPool::primary`):
-/// one entry, so reading or writing a block's key checks one index, not three.
+/// one entry, so reading or writing a block's key checks one index, not three. What
+/// [`BlockHashTag`] holds, laid out flat: the group and the count share the 16-byte-aligned
+/// key's padding, 32 bytes an entry where a `BlockHashTag` takes 48.
 #[derive(Clone, Copy, Debug, Default)]
 struct Primary {
     hash: u128,
