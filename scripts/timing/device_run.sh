@@ -68,6 +68,15 @@ s7-chain|blind7-chain.chain||3
 s8-swa|blind8-swa.native||3
 s8-mamba|blind8-mamba.native||3
 s8-chain|blind8-chain.chain||3
+s9-swa|blind9-swa.native||3
+s9-mamba|blind9-mamba.native||3
+s9-chain|blind9-chain.chain||3
+s9-swa.ops|blind9-swa.native|--time-ops|2
+s9-mamba.ops|blind9-mamba.native|--time-ops|2
+s9-chain.ops|blind9-chain.chain|--time-ops|2
+r8-swa|blind8-swa.native||3
+r8-mamba|blind8-mamba.native||3
+r8-chain|blind8-chain.chain||3
 r4-swa|blind4-swa.native||3
 r4-mamba|blind4-mamba.native||3
 r4-chain|blind4-chain.chain||3

@@ -55,6 +55,7 @@ fn decode_step(bytes: u64, seqs: u64, ctas: u64) -> StepDesc {
                 rows: seqs * 8,
                 elems: seqs * 8 * 512,
                 latent: false,
+                row_iters: 4,
             },
             OpDesc::Decode {
                 launches: vec![AttnDesc {

@@ -173,6 +173,9 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk2.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk3.json"));
+    // write_kv's walk rate held at the per-op runs' figure (blind9's profile and its start).
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk4.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk4-start.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------

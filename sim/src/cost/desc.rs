@@ -29,6 +29,13 @@ pub const DESC_VERSION: u32 = 7;
 /// K/V streams through it between MoE ops).
 pub const L2_BYTES: f64 = 40.0 * 1024.0 * 1024.0;
 
+/// Threads of a `write_kv` CTA (one CTA per row: `gpu/src/executor/launch.rs`).
+pub const WRITE_KV_THREADS: u64 = 128;
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// Decode kernel families (each has its own rates in the profile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +131,10 @@ pub enum OpDesc {
         /// An MLA group.
         #[serde(default)]
         latent: bool,
+        /// Iterations one of the kernel's 128 threads walks over a row (ceil(kv_heads x
+        /// head_dim / 128)); 0 in descriptions made before it, which then price no walk.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        row_iters: u64,
     },
     /// A `Prefill` written by an earlier `write_kv` of its run.
     Merged,
@@ -393,6 +404,7 @@ pub fn describe(plan: &Plan, lowered: &LoweredPlan, sm_count: u32, src: &mut dyn
                         rows: ntok * u64::from(g.layers),
                         elems,
                         latent: g.kind == GroupKind::Mla,
+                        row_iters: (u64::from(g.kv_heads) * u64::from(g.head_dim)).div_ceil(WRITE_KV_THREADS),
                     });
                 }
                 while ops.len() < oi + run {

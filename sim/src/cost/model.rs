@@ -71,7 +71,8 @@ mod ix {
     pub const MMA_SPILL_FIRST_ITER: usize = 47;
     pub const ZERO_ITER: usize = 48;
     pub const COPY_ITER: usize = 49;
-    pub const COUNT: usize = 50;
+    pub const WRITE_ITER: usize = 50;
+    pub const COUNT: usize = 51;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -242,11 +243,25 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
     };
     match op {
         OpDesc::WriteKv {
-            rows, elems, latent, ..
+            rows,
+            elems,
+            latent,
+            row_iters,
+            ..
         } => {
             let mut l = Lin::term(p, ix::WRITE_ROW, *rows as f64);
             let elem = if *latent { ix::WRITE_LATENT_ELEM } else { ix::WRITE_ELEM };
-            l.add_term(p, elem, *elems as f64);
+            // The larger of writing the elements and one thread's walk over its row beyond the
+            // first iteration (which the row's fixed cost carries), wave by wave.
+            let walk = row_iters.saturating_sub(1) * rows.div_ceil(ROUTE_RESIDENT_CTAS);
+            if walk > 0 {
+                l.add(&Lin::max(
+                    &Lin::term(p, elem, *elems as f64),
+                    &Lin::term(p, ix::WRITE_ITER, walk as f64),
+                ));
+            } else {
+                l.add_term(p, elem, *elems as f64);
+            }
             vec![kernel(l)]
         }
         OpDesc::Decode { launches } => launches
@@ -542,6 +557,7 @@ mod tests {
             (ix::MMA_SPILL_FIRST_ITER, "attn_mma_spill_first_iter_ns"),
             (ix::ZERO_ITER, "zero_iter_ns"),
             (ix::COPY_ITER, "copy_iter_ns"),
+            (ix::WRITE_ITER, "write_iter_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -557,6 +573,33 @@ mod tests {
         assert_eq!(block_walk(1, 4 << 20), 16.0); // 64 chunks of 4 096 vectors
         assert_eq!(block_walk(16, 4 << 20), 16.0); // 1 024 CTAs: one wave
         assert_eq!(block_walk(20, 4 << 20), 32.0); // 1 280 CTAs: two
+    }
+
+    /// A row of 8 heads of 128 walks 8 iterations a thread: 7 beyond the first are priced
+    /// when they outweigh the elements, wave by wave; descriptions without the count (0) and
+    /// one-iteration rows price the elements alone, as before.
+    #[test]
+    fn a_write_costs_the_larger_of_its_elements_and_its_walk() {
+        let write = |rows: u64, row_iters: u64| OpDesc::WriteKv {
+            group: 0,
+            rows,
+            elems: rows * 2048,
+            latent: false,
+            row_iters,
+        };
+        let mut params = Params::h200();
+        params.write_row_ns = 0.0;
+        params.write_iter_ns = 200.0;
+        let p = params.to_vec();
+        let t = |op: &OpDesc| kernel_times(op, &p)[0].value - p[ix::GPU_KERNEL];
+        let elems = |rows: u64| (rows * 2048) as f64 * p[ix::WRITE_ELEM];
+        assert_eq!(t(&write(60, 8)), 7.0 * 200.0);
+        assert_eq!(t(&write(60, 1)), elems(60));
+        assert_eq!(t(&write(60, 0)), elems(60));
+        // 2 113 rows take two waves of 2 112 resident CTAs.
+        assert_eq!(t(&write(2113, 8)), (2.0 * 7.0 * 200.0_f64).max(elems(2113)));
+        // A long prefill is the elements' cost.
+        assert_eq!(t(&write(100_000, 8)), elems(100_000));
     }
 
     /// With a walk rate, copies of small and large blocks cost alike until the bytes dominate;
@@ -839,6 +882,7 @@ mod tests {
             rows: 8,
             elems: 8 * 1024,
             latent: false,
+            row_iters: 8,
         };
         let mut params = Params::h200();
         params.host_launch_ns = 50_000.0;

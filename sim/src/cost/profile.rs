@@ -183,6 +183,11 @@ params! {
     /// 1.3 MiB blocks take about as long (blind2-blind5's chain plans, H100); priced by bytes
     /// alone, the large ones were +67 % and the middling ones -31 %.
     copy_iter_ns = 0.0,
+    /// `write_kv`: per iteration of one thread's walk over a row beyond the first (a row of
+    /// kv_heads x head_dim elements, 128 threads a CTA), weighed against the elements: the
+    /// per-op runs timed a one-token write of 8 heads of 128 (8 iterations) at 6.5 µs and one
+    /// of one head (1 iteration) at 5.1 µs (H100).
+    write_iter_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -338,6 +343,7 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "moe_sm_row_ns",
     "zero_iter_ns",
     "copy_iter_ns",
+    "write_iter_ns",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
