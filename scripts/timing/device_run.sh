@@ -74,6 +74,9 @@ s9-chain|blind9-chain.chain||3
 s9-swa.ops|blind9-swa.native|--time-ops|2
 s9-mamba.ops|blind9-mamba.native|--time-ops|2
 s9-chain.ops|blind9-chain.chain|--time-ops|2
+s10-swa|blind10-swa.native||3
+s10-mamba|blind10-mamba.native||3
+s10-chain|blind10-chain.chain||3
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3
 r8-chain|blind8-chain.chain||3
@@ -104,7 +107,7 @@ while IFS='|' read -r name plan flags repeat; do
       --out $W/$name.gpu.json > $W/$name.log 2>&1; rc=$?
     # sN-* (s2-* on) are blind sets: no timings in the log, packed apart and kept sealed
     # until predictions for them are committed.
-    if [[ "$name" == s[0-9]-* ]]; then
+    if [[ "$name" =~ ^s[0-9]+- ]]; then
       grep -v 'µs\|MAPE' $W/$name.log >> $LOG; tarball=$OUT/sealed.tar
     else
       cat $W/$name.log >> $LOG; tarball=$OUT/results.tar

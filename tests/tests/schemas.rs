@@ -176,6 +176,7 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     // write_kv's walk rate held at the per-op runs' figure (blind9's profile and its start).
     assert_valid_file("profile", &root().join("docs/timing/h100-walk4.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk4-start.json"));
+    assert_valid_file("profile", &root().join("docs/timing/h100-walk5.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
