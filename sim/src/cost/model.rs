@@ -846,6 +846,7 @@ mod tests {
                 rows: 64,
                 elems: 64 * 4096,
                 latent: false,
+                row_iters: 16,
             },
             decode(600_000_000),
             OpDesc::EndTimed { point: 3 },
