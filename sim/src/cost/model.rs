@@ -214,8 +214,8 @@ pub struct Timeline {
 const WAKE_AFTER_NS: f64 = 2e6;
 const DEEP_WAKE_AFTER_NS: f64 = 2e7;
 
-/// CTAs of the MoE router resident at once (128-thread CTAs, 16 per SM, 132 SMs).
-const ROUTE_RESIDENT_CTAS: u64 = 16 * 132;
+/// 128-thread CTAs resident at once (16 per SM, 132 SMs): the MoE router's and `write_kv`'s.
+const RESIDENT_128_THREAD_CTAS: u64 = 16 * 132;
 
 /// 256-thread CTAs of the block kernels resident at once (8 per SM, 132 SMs).
 const BLOCK_RESIDENT_CTAS: u64 = 8 * 132;
@@ -253,7 +253,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             let elem = if *latent { ix::WRITE_LATENT_ELEM } else { ix::WRITE_ELEM };
             // The larger of writing the elements and one thread's walk over its row beyond the
             // first iteration (which the row's fixed cost carries), wave by wave.
-            let walk = row_iters.saturating_sub(1) * rows.div_ceil(ROUTE_RESIDENT_CTAS);
+            let walk = row_iters.saturating_sub(1) * rows.div_ceil(RESIDENT_128_THREAD_CTAS);
             if walk > 0 {
                 l.add(&Lin::max(
                     &Lin::term(p, elem, *elems as f64),
@@ -342,7 +342,11 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             let (h, f, e) = (f64::from(*hidden), f64::from(*ffn), f64::from(*experts));
             // Router: one CTA per token scores every expert (warps take experts in turn).
             let mut route = Lin::term(p, ix::MOE_ROUTE_MAC, *tokens as f64 * e * h);
-            route.add_term(p, ix::MOE_ROUTE_SERIAL, e * tokens.div_ceil(ROUTE_RESIDENT_CTAS) as f64);
+            route.add_term(
+                p,
+                ix::MOE_ROUTE_SERIAL,
+                e * tokens.div_ceil(RESIDENT_128_THREAD_CTAS) as f64,
+            );
             let gemm = |inner: f64, outer: u32| {
                 // up (inner = hidden) and down (inner = ffn): weights F x H per chosen expert,
                 // pairs x F x H multiply-adds, and the most loaded expert's CTA walking its
@@ -364,7 +368,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
     }
 }
 
-/// SMs the MoE GEMMs' CTAs are dealt to (the H200's, as [`ROUTE_RESIDENT_CTAS`] assumes).
+/// SMs the MoE GEMMs' CTAs are dealt to (the H200's, as [`RESIDENT_128_THREAD_CTAS`] assumes).
 const MOE_SMS: usize = 132;
 
 /// A MoE GEMM's serial time (gpu/src/cuda/common.cu `moe_up` / `moe_down`): a grid of experts x
@@ -591,15 +595,19 @@ mod tests {
         params.write_row_ns = 0.0;
         params.write_iter_ns = 200.0;
         let p = params.to_vec();
-        let t = |op: &OpDesc| kernel_times(op, &p)[0].value - p[ix::GPU_KERNEL];
+        let t = |op: &OpDesc, p: &[f64]| kernel_times(op, p)[0].value - p[ix::GPU_KERNEL];
         let elems = |rows: u64| (rows * 2048) as f64 * p[ix::WRITE_ELEM];
-        assert_eq!(t(&write(60, 8)), 7.0 * 200.0);
-        assert_eq!(t(&write(60, 1)), elems(60));
-        assert_eq!(t(&write(60, 0)), elems(60));
-        // 2 113 rows take two waves of 2 112 resident CTAs.
-        assert_eq!(t(&write(2113, 8)), (2.0 * 7.0 * 200.0_f64).max(elems(2113)));
+        assert_eq!(t(&write(60, 8), &p), 7.0 * 200.0);
+        assert_eq!(t(&write(60, 1), &p), elems(60));
+        assert_eq!(t(&write(60, 0), &p), elems(60));
         // A long prefill is the elements' cost.
-        assert_eq!(t(&write(100_000, 8)), elems(100_000));
+        assert_eq!(t(&write(100_000, 8), &p), elems(100_000));
+        // Without an element cost the walk shows its waves: 2 113 rows take two of 2 112
+        // resident CTAs.
+        params.write_elem_ns = 0.0;
+        let p = params.to_vec();
+        assert_eq!(t(&write(2112, 8), &p), 7.0 * 200.0);
+        assert_eq!(t(&write(2113, 8), &p), 2.0 * 7.0 * 200.0);
     }
 
     /// With a walk rate, copies of small and large blocks cost alike until the bytes dominate;
