@@ -12,4 +12,5 @@ pub mod invariants;
 pub mod kv;
 pub mod kvtrace;
 pub mod plan;
+pub mod serde_skip;
 pub mod slips;

@@ -41,15 +41,11 @@ pub struct RecordedPoint {
     /// `synthetic` (fake KV) or `shadow` (borrowed from a warm-up chain).
     pub kind: String,
     /// The attention-DP rank that injected it (every rank injects every point).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::serde_skip::is_zero")]
     pub rank: u32,
     /// An eager warm-up replica (dynamo_fpm.md §1.6): run, then discarded.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replica: bool,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// The real manager's state at the end of a step.

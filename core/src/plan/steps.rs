@@ -149,7 +149,7 @@ pub enum PlanOp {
     /// scheduling step k + 1).
     ProcessOutputs {
         /// Steps the outputs land late.
-        #[serde(default, skip_serializing_if = "is_zero64")]
+        #[serde(default, skip_serializing_if = "crate::serde_skip::is_zero")]
         lag: u64,
     },
     /// Synthetic ("fake") KV: mark the first `tokens` positions computed without a
@@ -336,7 +336,7 @@ pub enum FaultSpec {
         /// The rank.
         rank: u32,
         /// Registrations that succeed first.
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "crate::serde_skip::is_zero")]
         after: u32,
     },
     /// Messages from `rank` (its point injections) reach the other ranks `steps` steps late.
@@ -360,14 +360,6 @@ impl Plan {
             source: None,
         }
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-fn is_zero64(n: &u64) -> bool {
-    *n == 0
 }
 
 /// Tokens the forwards among `ops` compute (the nominal clock's input).

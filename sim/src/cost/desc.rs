@@ -32,10 +32,6 @@ pub const L2_BYTES: f64 = 40.0 * 1024.0 * 1024.0;
 /// Threads of a `write_kv` CTA (one CTA per row: `gpu/src/executor/launch.rs`).
 pub const WRITE_KV_THREADS: u64 = 128;
 
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
 /// Decode kernel families (each has its own rates in the profile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -133,7 +129,7 @@ pub enum OpDesc {
         latent: bool,
         /// Iterations one of the kernel's 128 threads walks over a row (ceil(kv_heads x
         /// head_dim / 128)); 0 in descriptions made before it, which then price no walk.
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "kvsim_core::serde_skip::is_zero")]
         row_iters: u64,
     },
     /// A `Prefill` written by an earlier `write_kv` of its run.
