@@ -77,6 +77,12 @@ s9-chain.ops|blind9-chain.chain|--time-ops|2
 s10-swa|blind10-swa.native||3
 s10-mamba|blind10-mamba.native||3
 s10-chain|blind10-chain.chain||3
+s11-swa|blind11-swa.native||3
+s11-mamba|blind11-mamba.native||3
+s11-chain|blind11-chain.chain||3
+s11-swa.ops|blind11-swa.native|--time-ops|2
+s11-mamba.ops|blind11-mamba.native|--time-ops|2
+s11-chain.ops|blind11-chain.chain|--time-ops|2
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3
 r8-chain|blind8-chain.chain||3
