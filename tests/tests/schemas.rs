@@ -177,6 +177,8 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &root().join("docs/timing/h100-walk4.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk4-start.json"));
     assert_valid_file("profile", &root().join("docs/timing/h100-walk5.json"));
+    // fitted on one session's corpus (docs/timing/data/, blind12's profile).
+    assert_valid_file("profile", &root().join("docs/timing/h100-c1.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
