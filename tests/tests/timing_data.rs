@@ -1,0 +1,71 @@
+//! A committed profile is reproducible from committed measurements (issue 21, docs/timing.md
+//! "One session's corpus"): `h100-c1` was fitted on the GPU results packed in
+//! `docs/timing/data/h100-2026-12-06.tar.xz`, and its provenance (files, start profile, fitted
+//! parameters, step balance, prior) is enough to fit it again, parameter for parameter.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kvsim_tests::run_cli as kvsim;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn h100_c1_refits_from_its_committed_measurements() {
+    let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let archive = root().join("docs/timing/data/h100-2026-12-06.tar.xz");
+    let untar = Command::new("tar")
+        .arg("-xJf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .expect("tar (with xz) unpacks the committed measurements");
+    assert!(untar.success(), "tar -xJf {} failed", archive.display());
+
+    let committed = read(&root().join("docs/timing/h100-c1.json"));
+    let prov = &committed["provenance"];
+    let files: Vec<String> = prov["fitted_on"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| dir.join(f["file"].as_str().unwrap()).display().to_string())
+        .collect();
+    assert_eq!(
+        files.len(),
+        45,
+        "the suite, the calibration plans, blind2-blind10 and blind11"
+    );
+    let fit: Vec<&str> = prov["fitted_params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let start = root().join(prov["start"].as_str().unwrap()).display().to_string();
+    let prior = prov["prior"].as_f64().unwrap().to_string();
+    let out = dir.join("h100-c1.refit.json");
+    let fit_list = fit.join(",");
+    let out_s = out.display().to_string();
+    let mut args: Vec<&str> = vec!["calibrate"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend(["--start", &start, "--fit", &fit_list, "--prior", &prior]);
+    args.extend(["--name", "h100-c1", "--out", &out_s]);
+    assert!(prov["balance_steps"].as_bool().unwrap());
+    args.push("--balance-steps");
+    assert_eq!(kvsim(&args).unwrap(), 0);
+
+    let refit = read(&out);
+    assert_eq!(refit["params"], committed["params"], "every fitted parameter, exactly");
+    assert_eq!(refit["provenance"]["bands"], prov["bands"]);
+    assert_eq!(refit["provenance"]["mape_after_pct"], prov["mape_after_pct"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
