@@ -24,7 +24,9 @@ start=$(date +%s)
 for f in $D/plans/*.plan.json.gz; do gunzip -c "$f" > $W/$(basename "$f" .gz); done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1 | tee -a $LOG
 
-# name | plan | flags | timed runs
+# name | plan | flags | timed runs. Prefixes: sN- blind set N (sealed), rN- blind set N measured
+# again, c- and kN- one session's corpus (the suite plain, the calibration plans, blind set N again;
+# docs/timing.md, "One session's corpus").
 RUNS="
 selfcheck|-|-|-
 ink-a.ops|inkling-a.native|--time-ops|3
