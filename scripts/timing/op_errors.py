@@ -7,8 +7,8 @@
     scripts/timing/op_errors.py run.ops.gpu.json pred.json [KIND ...]
 
 Prints, per kind (write_kv, decode, moe, zero_blocks, copy_blocks, ...), the count, the median
-signed error and the mean absolute error (%); for each KIND named, a dozen ops spread over
-its measured sizes.
+signed error and the mean absolute error (%), the MoE ops also by their token count; for each
+KIND named, a dozen ops spread over its measured sizes.
 """
 import json
 import statistics
@@ -39,6 +39,13 @@ def main(gpu_path, pred_path, kinds):
         signed = [r[0] for r in rows]
         print(f"{kind:<12} {len(rows):>6} ops: median error {statistics.median(signed):+6.1f}%, "
               f"MAPE {statistics.mean(abs(e) for e in signed):5.1f}%")
+    # MoE ops by their token count: one token, decode-sized batches, prefills.
+    buckets = (("1 token", 1, 1), ("2-80 tokens", 2, 80), ("over 80 tokens", 81, float("inf")))
+    for name, lo, hi in buckets:
+        signed = [r[0] for r in errors.get("moe", []) if lo <= r[3]["tokens"] <= hi]
+        if signed:
+            print(f"  moe, {name:<15} {len(signed):>6} ops: median error {statistics.median(signed):+6.1f}%, "
+                  f"MAPE {statistics.mean(abs(e) for e in signed):5.1f}%")
     for kind in kinds:
         rows = sorted(errors.get(kind, []), key=lambda r: r[1])
         for e, us, pred, short in rows[:: max(1, len(rows) // 12)]:
