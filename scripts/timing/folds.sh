@@ -9,8 +9,10 @@
 # blind sets' plans in plans/ (blindN-swa.native.plan.json, blindN-mamba.native.plan.json,
 # blindN-chain.chain.plan.json, made by `kvsim sweep --scenario-file docs/timing/scenarios/...`).
 #
-# usage: folds.sh START_PROFILE OUT_DIR   (KVSIM: the kvsim binary, default `kvsim`;
-#        FIT_MORE: parameters fitted besides h100-c1's, comma-separated)
+# usage: folds.sh START_PROFILE OUT_DIR
+# environment: KVSIM the kvsim binary (default `kvsim`); FIT_MORE parameters fitted besides
+# h100-c1's, FIT_ONLY the fitted parameters instead of h100-c1's (comma-separated); FILES_MORE
+# results fitted besides h100-c1's files (a fold leaves out its own set's, per-op runs included).
 set -euo pipefail
 start=$1
 out=$2
@@ -18,8 +20,9 @@ kvsim=${KVSIM:-kvsim}
 here=$(cd "$(dirname "$0")" && pwd)
 c1=$here/../../docs/timing/h100-c1.json
 mkdir -p "$out"
-files=$(python3 -c "import json,sys; print(' '.join(f['file'] for f in json.load(open(sys.argv[1]))['provenance']['fitted_on']))" "$c1")
+files=${FILES_MORE:-}" "$(python3 -c "import json,sys; print(' '.join(f['file'] for f in json.load(open(sys.argv[1]))['provenance']['fitted_on']))" "$c1")
 fit=$(python3 -c "import json,sys; print(','.join(json.load(open(sys.argv[1]))['provenance']['fitted_params']))" "$c1")
+[ -n "${FIT_ONLY:-}" ] && fit=$FIT_ONLY
 [ -n "${FIT_MORE:-}" ] && fit="$fit,$FIT_MORE"
 
 plan() { # SET LAYOUT -> its plan
