@@ -3,9 +3,16 @@
 
 pub mod schema;
 
+use std::path::{Path, PathBuf};
+
 use serde_json::Value;
 
 pub use kvsim_sim::api::{prefill_ops as prefill, tiny_scenario as scenario, token_ids as ids};
+
+/// The repository's root (the workspace these tests belong to).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
 
 /// Runs `kvsim ARGS` in-process: 0 on success, 1 on a failed check, the typed error otherwise
 /// (its `exit_code()` is what the binary would exit with).

@@ -4,9 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use kvsim_tests::repo_root;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -34,7 +32,7 @@ fn module_of(src: &Path, file: &Path) -> String {
 
 /// Which top-level modules each one names through `crate::` paths.
 fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = root().join("core/src");
+    let src = repo_root().join("core/src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -106,7 +104,7 @@ fn the_cycle_finder_finds_a_cycle() {
 #[test]
 fn sim_and_gpu_depend_on_core_alone() {
     for krate in ["sim", "gpu"] {
-        let manifest = std::fs::read_to_string(root().join(krate).join("Cargo.toml")).unwrap();
+        let manifest = std::fs::read_to_string(repo_root().join(krate).join("Cargo.toml")).unwrap();
         let siblings: Vec<&str> = ["kvsim-sim", "kvsim-gpu", "kvsim-tests", "kvsim = "]
             .into_iter()
             .filter(|s| manifest.contains(s) && !manifest.contains(&format!("name = \"{s}\"")))

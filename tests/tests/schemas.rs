@@ -11,15 +11,12 @@ use kvsim_cli::schemas::FORMATS;
 use kvsim_core::fpm::scenarios::builtin_scenarios;
 use kvsim_core::plan::load_plan;
 use kvsim_sim::exec::run_plan;
+use kvsim_tests::repo_root;
 use kvsim_tests::schema::{assert_valid, assert_valid_file, closed_and_typed};
 use serde_json::{json, Value};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn json_files(dir: &str, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo_root().join(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.to_string_lossy().ends_with(suffix))
@@ -115,11 +112,12 @@ fn replay_results() -> Vec<(String, Value)> {
         "native_full_swa",
     ] {
         let plan =
-            load_plan(&std::fs::read_to_string(root().join(format!("tests/data/plans/{name}.json"))).unwrap()).unwrap();
+            load_plan(&std::fs::read_to_string(repo_root().join(format!("tests/data/plans/{name}.json"))).unwrap())
+                .unwrap();
         out.push((name.to_string(), run_plan(&plan).to_json()));
     }
     // A mismatch: the recorded allocation differs from the model's.
-    let mut mismatch = read(&root().join("tests/data/plans/shadow_decode.json"));
+    let mut mismatch = read(&repo_root().join("tests/data/plans/shadow_decode.json"));
     let first_schedule = mismatch["steps"][0]["ops"]
         .as_array_mut()
         .unwrap()
@@ -162,23 +160,26 @@ fn kvtraces_kvsim_generates_validate() {
 fn profiles_validate_the_builtin_and_the_calibrated() {
     let h200 = serde_json::to_value(kvsim_sim::cost::Profile::h200()).unwrap();
     assert_valid("profile", "h200", &h200);
-    assert_valid_file("profile", &root().join("docs/timing/h200-calibrated.json"));
-    assert_valid_file("profile", &root().join("tests/data/profiles/h200-calibrated-s2.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h200-calibrated.json"));
+    assert_valid_file(
+        "profile",
+        &repo_root().join("tests/data/profiles/h200-calibrated-s2.json"),
+    );
     // Description version 6's recommended profile, and version 7's (and its calibration start).
-    assert_valid_file("profile", &root().join("docs/timing/h200-combine.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h200-experts.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h200-experts-start.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h200-combine.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h200-experts.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h200-experts-start.json"));
     // The H100 profiles each blind set from blind5 on was predicted with (issue 21).
-    assert_valid_file("profile", &root().join("docs/timing/h100-widest.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk2.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk3.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-widest.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk2.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk3.json"));
     // write_kv's walk rate held at the per-op runs' figure (blind9's profile and its start).
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk4.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk4-start.json"));
-    assert_valid_file("profile", &root().join("docs/timing/h100-walk5.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk4.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk4-start.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk5.json"));
     // fitted on one session's corpus (docs/timing/data/, blind12's profile).
-    assert_valid_file("profile", &root().join("docs/timing/h100-c1.json"));
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-c1.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
@@ -194,7 +195,7 @@ fn plans_reject_unknown_fields_and_wrong_types_in_every_object() {
         "docs/dynamo/findings/pl-window.plan.json",
         "tests/data/plans/shadow_decode.json",
     ] {
-        closed_and_typed("plan", f, &read(&root().join(f)));
+        closed_and_typed("plan", f, &read(&repo_root().join(f)));
     }
 }
 
@@ -220,7 +221,7 @@ fn scenarios_replays_profiles_and_kvtraces_reject_unknown_fields_and_wrong_types
     closed_and_typed(
         "profile",
         "h200-calibrated",
-        &read(&root().join("docs/timing/h200-calibrated.json")),
+        &read(&repo_root().join("docs/timing/h200-calibrated.json")),
     );
     closed_and_typed("kvtrace", "generated", &kvsim_core::kvtrace::gen::generate(3, 5));
 }

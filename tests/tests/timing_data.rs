@@ -3,15 +3,11 @@
 //! `docs/timing/data/h100-2026-12-06.tar.xz`, and its provenance (files, start profile, fitted
 //! parameters, step balance, prior) is enough to fit it again, parameter for parameter.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use kvsim_tests::run_cli as kvsim;
+use kvsim_tests::{repo_root, run_cli as kvsim};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn read(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -21,7 +17,7 @@ fn read(path: &Path) -> Value {
 fn h100_c1_refits_from_its_committed_measurements() {
     let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let archive = root().join("docs/timing/data/h100-2026-12-06.tar.xz");
+    let archive = repo_root().join("docs/timing/data/h100-2026-12-06.tar.xz");
     let untar = Command::new("tar")
         .arg("-xJf")
         .arg(&archive)
@@ -31,7 +27,7 @@ fn h100_c1_refits_from_its_committed_measurements() {
         .expect("tar (with xz) unpacks the committed measurements");
     assert!(untar.success(), "tar -xJf {} failed", archive.display());
 
-    let committed = read(&root().join("docs/timing/h100-c1.json"));
+    let committed = read(&repo_root().join("docs/timing/h100-c1.json"));
     let prov = &committed["provenance"];
     let files: Vec<String> = prov["fitted_on"]
         .as_array()
@@ -50,7 +46,7 @@ fn h100_c1_refits_from_its_committed_measurements() {
         .iter()
         .map(|p| p.as_str().unwrap())
         .collect();
-    let start = root().join(prov["start"].as_str().unwrap()).display().to_string();
+    let start = repo_root().join(prov["start"].as_str().unwrap()).display().to_string();
     let prior = prov["prior"].as_f64().unwrap().to_string();
     let out = dir.join("h100-c1.refit.json");
     let fit_list = fit.join(",");
