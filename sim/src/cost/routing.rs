@@ -25,6 +25,12 @@ pub struct Routing {
     /// come from DRAM; the others' are likely still in L2. Set by [`super::desc::describe`].
     #[serde(default)]
     pub fresh: f64,
+    /// The coldest chosen expert's reuse distance in bytes, what the L2 rule compared with the
+    /// cache: the weights of the experts used since its last use (its own included) plus the
+    /// bytes other kernels streamed since. Absent where a chosen expert had no earlier use, or
+    /// the routing is expected. Set by [`super::desc::describe`]; the model reads `fresh` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coldest_reuse_bytes: Option<f64>,
     /// `measured` (the device's counts), `replicated` (token routing recomputed) or
     /// `expected` (uniformly random routing).
     pub source: String,
@@ -58,6 +64,7 @@ impl Routing {
             active,
             max_load: f64::from(counts.iter().copied().max().unwrap_or(0)),
             fresh: active,
+            coldest_reuse_bytes: None,
             source: source.into(),
             counts: Some(counts.to_vec()),
         }
@@ -112,6 +119,7 @@ impl ExpertCache {
     ) {
         let Some(counts) = routing.counts.clone() else {
             routing.set_fresh(prev, experts, expert_bytes, l2_bytes);
+            routing.coldest_reuse_bytes = None;
             self.last_use.clear();
             return;
         };
@@ -119,17 +127,19 @@ impl ExpertCache {
             self.last_use = vec![None; counts.len()];
         }
         let mut fresh = 0.0;
+        let mut coldest = Some(0.0f64);
         for (e, &n) in counts.iter().enumerate() {
             if n == 0 {
                 continue;
             }
-            let resident = self.last_use[e].is_some_and(|(t, at)| {
+            let distance = self.last_use[e].map(|(t, at)| {
                 let since = self.last_use.iter().filter(|u| u.is_some_and(|(u, _)| u >= t)).count();
-                since as f64 * expert_bytes + (self.streamed - at) <= l2_bytes
+                since as f64 * expert_bytes + (self.streamed - at)
             });
-            if !resident {
+            if !distance.is_some_and(|d| d <= l2_bytes) {
                 fresh += 1.0;
             }
+            coldest = coldest.zip(distance).map(|(c, d)| c.max(d));
         }
         for (e, &n) in counts.iter().enumerate() {
             if n > 0 {
@@ -138,6 +148,7 @@ impl ExpertCache {
         }
         self.ops += 1;
         routing.fresh = fresh;
+        routing.coldest_reuse_bytes = coldest.filter(|_| routing.active > 0.0);
     }
 
     /// Another kernel moved `bytes` through the cache.
@@ -239,6 +250,7 @@ pub fn expected_routing(tokens: u64, top_k: u32, experts: u32) -> Routing {
         active,
         max_load: expected_max_binomial(tokens, p, experts, tokens * u64::from(top_k.min(experts))),
         fresh: active,
+        coldest_reuse_bytes: None,
         source: "expected".into(),
         counts: None,
     }
@@ -322,16 +334,34 @@ mod tests {
         // Since expert 0's use, experts 0-5 were used: six do not fit in four.
         assert_eq!(fresh(&mut cache, &[1, 0, 0, 0, 0, 0]), 1.0);
         assert_eq!(fresh(&mut cache, &[1, 0, 0, 0, 0, 0]), 0.0);
+        // The description names the coldest chosen expert's distance: expert 0 used last op
+        // (2 MiB), expert 5 three ops ago with experts 4, 0 and itself since (6 MiB).
+        let mut r = Routing::from_counts(&[1, 0, 0, 0, 0, 1], "replicated");
+        cache.use_experts(&mut r, None, 6, bytes, l2);
+        assert_eq!((r.fresh, r.coldest_reuse_bytes), (0.0, Some(6.0 * mb)));
+        let mut r = Routing::from_counts(&[1, 0, 0, 0, 0, 0], "replicated");
+        cache.use_experts(&mut r, None, 6, bytes, l2);
+        assert_eq!(
+            r.coldest_reuse_bytes,
+            Some(4.0 * mb),
+            "experts 0 and 5 since expert 0's last use"
+        );
         cache.stream(7.0 * mb);
         assert_eq!(
             fresh(&mut cache, &[1, 0, 0, 0, 0, 0]),
             1.0,
             "7 MiB of K/V streamed past it"
         );
+        // A chosen expert never used before has no distance.
+        let mut r = Routing::from_counts(&[1, 0, 1, 0, 0, 0], "replicated");
+        let mut empty = ExpertCache::default();
+        empty.use_experts(&mut r, None, 6, bytes, l2);
+        assert_eq!((r.fresh, r.coldest_reuse_bytes), (2.0, None));
         // Expected routing (no counts): the previous op's rule.
         let mut r = expected_routing(1, 2, 6);
         cache.use_experts(&mut r, None, 6, bytes, l2);
         assert_eq!(r.fresh, r.active);
+        assert_eq!(r.coldest_reuse_bytes, None);
     }
 
     #[test]
