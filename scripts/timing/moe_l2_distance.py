@@ -6,8 +6,8 @@ cost model's description of the same plan (`kvsim predict --time-ops --describe`
 section; without DESCRIBED, the run's own `cost` section). Each MoE op's routing carries
 `coldest_reuse_bytes`, the reuse distance the model's L2 rule compared with the cache for its
 coldest chosen expert (the weights of the experts used since plus the bytes other kernels
-streamed since; absent where a chosen expert had no earlier use, or an op routed by its hidden
-state, whose routing the model only expects, came between). Prints the one-token MoE ops'
+streamed since; absent where a chosen expert had no earlier use, or where an op whose routing
+the model only expects, over some of the experts, came between). Prints the one-token MoE ops'
 measured times by that distance (MiB); the rule holds an expert in L2 up to 40 MiB
 (docs/timing.md, "A thirteenth blind set").
 

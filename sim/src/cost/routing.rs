@@ -108,7 +108,10 @@ pub struct ExpertCache {
 
 impl ExpertCache {
     /// Sets `routing.fresh` for the next MoE op and records its use. Without per-expert counts
-    /// (expected routing) the previous op's rule applies ([`Routing::set_fresh`]).
+    /// (expected routing) the previous op's rule applies ([`Routing::set_fresh`]), unless the
+    /// op reaches every expert: calibration describes runs with every op's counts (measured
+    /// or replicated), and a prediction replicates up to `EXACT_ROUTING_MAX_TOKENS` tokens, so
+    /// a longer prefill must leave its experts in the cache as a counted one does.
     pub fn use_experts(
         &mut self,
         routing: &mut Routing,
@@ -117,11 +120,18 @@ impl ExpertCache {
         expert_bytes: f64,
         l2_bytes: f64,
     ) {
-        let Some(counts) = routing.counts.clone() else {
-            routing.set_fresh(prev, experts, expert_bytes, l2_bytes);
-            routing.coldest_reuse_bytes = None;
-            self.last_use.clear();
-            return;
+        // Expected routing that reaches every expert (a prefill beyond the replicated length)
+        // used each one: the cache follows it as it follows counted ops.
+        let every = routing.counts.is_none() && experts > 0 && routing.active > f64::from(experts) - 0.5;
+        let counts = match &routing.counts {
+            Some(c) => c.clone(),
+            None if every => vec![1; experts as usize],
+            None => {
+                routing.set_fresh(prev, experts, expert_bytes, l2_bytes);
+                routing.coldest_reuse_bytes = None;
+                self.last_use.clear();
+                return;
+            }
         };
         if self.last_use.len() != counts.len() {
             self.last_use = vec![None; counts.len()];
@@ -357,11 +367,23 @@ mod tests {
         let mut empty = ExpertCache::default();
         empty.use_experts(&mut r, None, 6, bytes, l2);
         assert_eq!((r.fresh, r.coldest_reuse_bytes), (2.0, None));
-        // Expected routing (no counts): the previous op's rule.
+        // Expected routing that reaches every expert (a long prefill) used each one: four
+        // experts (8 MiB) stay resident after it, as after a counted op.
+        let mut r = expected_routing(5000, 2, 4);
+        cache.use_experts(&mut r, None, 4, bytes, l2);
+        assert_eq!(r.counts, None);
+        let mut r = Routing::from_counts(&[1, 0, 0, 1], "replicated");
+        cache.use_experts(&mut r, None, 4, bytes, l2);
+        assert_eq!((r.fresh, r.coldest_reuse_bytes), (0.0, Some(8.0 * mb)));
+        // Expected routing over some experts (unknown which): the previous op's rule, and the
+        // cache forgets.
         let mut r = expected_routing(1, 2, 6);
         cache.use_experts(&mut r, None, 6, bytes, l2);
         assert_eq!(r.fresh, r.active);
         assert_eq!(r.coldest_reuse_bytes, None);
+        let mut r = Routing::from_counts(&[1, 0, 0, 0, 0, 0], "replicated");
+        cache.use_experts(&mut r, None, 6, bytes, l2);
+        assert_eq!(r.fresh, 1.0);
     }
 
     #[test]
