@@ -97,6 +97,9 @@ s13-chain.ops|blind13-chain.chain|--time-ops|2
 s14-swa|blind14-swa.native||3
 s14-mamba|blind14-mamba.native||3
 s14-chain|blind14-chain.chain||3
+s14-mamba.ops|blind14-mamba.native|--time-ops|2
+s14-chain.ops|blind14-chain.chain|--time-ops|2
+s14-swa.ops|blind14-swa.native|--time-ops|2
 r12-swa.x5|blind12-swa.native||5
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3

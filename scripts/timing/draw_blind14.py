@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""blind14's three layouts, drawn at random (seed 20261414) from the ranges blind10-blind13 used:
+writes blind14-{swa,mamba,chain}.json, the scenario files in docs/timing/scenarios/, into the
+current folder (docs/timing.md, "A fourteenth blind set, drawn at random").
+
+    cd /tmp && python3 scripts/timing/draw_blind14.py && diff blind14-swa.json docs/timing/scenarios/blind14-swa.json
+"""
+import json
+import random
+
+r = random.Random(20261414)
+def caps(n, first):
+    xs = sorted(r.sample(range(first + 1, 61), n - 1))
+    return [first] + xs
+def pool_ok(groups):
+    return sum(40000 * g['block_size'] * g['kv_heads'] * g['head_dim'] * 4 * g['layers'] for g in groups if g['kind'] != 'mamba') <= 45e9
+def moe():
+    e = r.randrange(12, 81, 4)
+    return e, r.randint(2, min(5, e))
+def sched(maxlen):
+    return {"max_num_seqs": 64, "max_num_batched_tokens": 4096, "max_model_len": maxlen, "enable_caching": True, "async_scheduling": False, "watermark": 0.0}
+def bench(ep, sizes):
+    return {"mode": "decode", "expert_parallel": ep, "random_kda": False, "decode_capture_sizes": sizes,
+            "samples": {"prefill_max_new_token_samples": 64, "prefill_max_kv_read_token_samples": 16, "decode_max_kv_read_token_samples": 5, "decode_max_batch_size_samples": 5, "prefix_max_batch_size_samples": 3},
+            "giant_kv_threshold": 1000000, "giant_kv_repeats": 3, "timeout_seconds": 900}
+out = {}
+while True:
+    b = r.choice([16, 32, 64, 128]); kv = r.randint(1, 8); d = r.choice([64, 96, 128])
+    g = [{"kind": "full_attention", "block_size": b, "layers": r.randint(3, 5), "kv_heads": kv, "head_dim": d},
+         {"kind": "sliding_window", "block_size": b, "layers": r.randint(7, 9), "kv_heads": kv, "head_dim": d, "sliding_window": r.randrange(512, 2049, 128)}]
+    if pool_ok(g): break
+e, k = moe()
+out['swa'] = (g, e, k, False, 16384, caps(6, 1))
+while True:
+    b = r.choice([16, 32, 64])
+    g = [{"kind": "full_attention", "block_size": b, "layers": r.randint(2, 4), "kv_heads": r.randint(1, 8), "head_dim": r.choice([64, 96, 128])},
+         {"kind": "mamba", "block_size": b, "layers": r.randint(8, 11), "kv_heads": r.randint(4, 12), "head_dim": r.choice([64, 96, 128])}]
+    if pool_ok(g): break
+e, k = moe()
+out['mamba'] = (g, e, k, True, 16384, caps(6, 1))
+while True:
+    g = [{"kind": "full_attention", "block_size": r.choice([16, 32, 64, 128]), "layers": r.randint(7, 10), "kv_heads": r.randint(1, 8), "head_dim": r.choice([64, 96, 128])}]
+    if pool_ok(g): break
+e, k = moe()
+out['chain'] = (g, e, k, True, 8192, caps(6, 1))
+seeds = {'swa': 20261242, 'mamba': 20261243, 'chain': 20261244}
+for name, (g, e, k, ep, maxlen, sizes) in out.items():
+    full = g[0]
+    def heads(n, d): return f"{n} KV head{'s' if n > 1 else ''} of {d}"
+    if name == 'swa':
+        what = (f"full attention + a {g[1]['sliding_window']}-token window, {heads(full['kv_heads'], full['head_dim'])}, "
+                f"blocks of {full['block_size']}, {e} experts top-{k}")
+    elif name == 'mamba':
+        what = f"full attention + a Mamba group, {heads(full['kv_heads'], full['head_dim'])}, {g[1]['kv_heads']} state heads of {g[1]['head_dim']}, blocks of {full['block_size']}, {e} experts top-{k} under EP"
+    else:
+        what = f"chain plan, {heads(full['kv_heads'], full['head_dim'])}, blocks of {full['block_size']} over {full['layers']} layers, {e} experts top-{k} under EP"
+    doc = {"name": f"blind14-{name}",
+           "description": f"fourteenth blind timing layout, drawn at random (seed 20261414) from the ranges of blind10-blind13, its predictions (h100-c1, unchanged) committed before its one measurement (issue 21): {what}",
+           "scenario": {"name": f"blind14-{name}", "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
+                        "pool_blocks": 40000, "scheduler": sched(maxlen), "dp_ranks": 1, "seed": seeds[name]},
+           "bench": bench(ep, sizes)}
+    with open(f"blind14-{name}.json", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(name, what, sizes)
