@@ -1,11 +1,12 @@
 //! A committed profile is reproducible from committed measurements (issue 21, docs/timing.md
-//! "One session's corpus"): `h100-c1` was fitted on the GPU results packed in
-//! `docs/timing/data/h100-2026-12-06.tar.xz`, and its provenance (files, start profile, fitted
-//! parameters, step balance, prior) is enough to fit it again, parameter for parameter.
+//! "One session's corpus"): `h100-c1` and `h100-c2` were fitted on the GPU results packed in
+//! `docs/timing/data/h100-2026-12-06.tar.xz`, and each one's provenance (files, start profile,
+//! fitted parameters, step balance, prior) is enough to fit it again, parameter for parameter.
 
 use std::path::Path;
 use std::process::Command;
 
+use kvsim_sim::cost::profile::ADDED_ZERO_PARAMS;
 use kvsim_tests::{repo_root, run_cli as kvsim};
 use serde_json::Value;
 
@@ -15,7 +16,17 @@ fn read(path: &Path) -> Value {
 
 #[test]
 fn h100_c1_refits_from_its_committed_measurements() {
-    let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{}", std::process::id()));
+    refits("h100-c1");
+}
+
+/// `h100-c1`'s files and parameters with the MoE walk's cold share fitted too.
+#[test]
+fn h100_c2_refits_from_its_committed_measurements() {
+    refits("h100-c2");
+}
+
+fn refits(name: &str) {
+    let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let archive = repo_root().join("docs/timing/data/h100-2026-12-06.tar.xz");
     let untar = Command::new("tar")
@@ -27,7 +38,7 @@ fn h100_c1_refits_from_its_committed_measurements() {
         .expect("tar (with xz) unpacks the committed measurements");
     assert!(untar.success(), "tar -xJf {} failed", archive.display());
 
-    let committed = read(&repo_root().join("docs/timing/h100-c1.json"));
+    let committed = read(&repo_root().join(format!("docs/timing/{name}.json")));
     let prov = &committed["provenance"];
     let files: Vec<String> = prov["fitted_on"]
         .as_array()
@@ -48,18 +59,22 @@ fn h100_c1_refits_from_its_committed_measurements() {
         .collect();
     let start = repo_root().join(prov["start"].as_str().unwrap()).display().to_string();
     let prior = prov["prior"].as_f64().unwrap().to_string();
-    let out = dir.join("h100-c1.refit.json");
+    let out = dir.join(format!("{name}.refit.json"));
     let fit_list = fit.join(",");
     let out_s = out.display().to_string();
     let mut args: Vec<&str> = vec!["calibrate"];
     args.extend(files.iter().map(String::as_str));
     args.extend(["--start", &start, "--fit", &fit_list, "--prior", &prior]);
-    args.extend(["--name", "h100-c1", "--out", &out_s]);
+    args.extend(["--name", name, "--out", &out_s]);
     assert!(prov["balance_steps"].as_bool().unwrap());
     args.push("--balance-steps");
     assert_eq!(kvsim(&args).unwrap(), 0);
 
-    let refit = read(&out);
+    let mut refit = read(&out);
+    // A parameter added after the profile was written loads as 0 and is not written back.
+    let params = refit["params"].as_object_mut().unwrap();
+    params
+        .retain(|k, v| committed["params"].get(k).is_some() || !(ADDED_ZERO_PARAMS.contains(&k.as_str()) && v == 0.0));
     assert_eq!(refit["params"], committed["params"], "every fitted parameter, exactly");
     assert_eq!(refit["provenance"]["bands"], prov["bands"]);
     assert_eq!(refit["provenance"]["mape_after_pct"], prov["mape_after_pct"]);

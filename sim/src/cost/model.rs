@@ -72,7 +72,8 @@ mod ix {
     pub const ZERO_ITER: usize = 48;
     pub const COPY_ITER: usize = 49;
     pub const WRITE_ITER: usize = 50;
-    pub const COUNT: usize = 51;
+    pub const MOE_COLD_WALK: usize = 51;
+    pub const COUNT: usize = 52;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -350,7 +351,7 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
             let gemm = |inner: f64, outer: u32| {
                 // up (inner = hidden) and down (inner = ffn): weights F x H per chosen expert,
                 // pairs x F x H multiply-adds, and the most loaded expert's CTA walking its
-                // tokens one by one.
+                // tokens one by one, dearer per token for the share of weights from DRAM.
                 let w = f * h * 2.0;
                 let mut l = Lin::term(p, ix::MOE_WEIGHT_BYTE, routing.fresh * w);
                 l.add_term(p, ix::MOE_L2_BYTE, (routing.active - routing.fresh).max(0.0) * w);
@@ -358,6 +359,8 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
                 l.add_term(p, ix::MOE_MAC, routing.pairs as f64 * f * h);
                 l.add_term(p, ix::MOE_SERIAL, routing.max_load * inner);
                 l.add_term(p, ix::MOE_SERIAL_EXPERT, routing.max_load * e);
+                let cold_share = (routing.fresh / routing.active.max(1.0)).min(1.0);
+                l.add_term(p, ix::MOE_COLD_WALK, cold_share * routing.max_load * inner);
                 l.add(&gemm_walk(p, &routing.expert_loads(*experts), inner, outer));
                 kernel(l)
             };
@@ -562,6 +565,7 @@ mod tests {
             (ix::ZERO_ITER, "zero_iter_ns"),
             (ix::COPY_ITER, "copy_iter_ns"),
             (ix::WRITE_ITER, "write_iter_ns"),
+            (ix::MOE_COLD_WALK, "moe_cold_walk_ns"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -763,6 +767,36 @@ mod tests {
             let fixed: Vec<f64> = kernel_times(&op, &p).iter().map(|k| k.coef[ix::MOE_FIXED]).collect();
             assert_eq!(fixed, [0.0, 1.0, 0.0, 0.0], "{counts:?}");
         }
+    }
+
+    /// The cold walk prices the most loaded expert's tokens x the dot length in each GEMM by
+    /// the share of chosen experts whose weights come from DRAM: all of it on a first use,
+    /// none when every expert is resident, half when half are.
+    #[test]
+    fn a_moe_walk_is_dearer_by_the_share_of_experts_from_dram() {
+        let p = Params::h200().to_vec();
+        let cold_walk = |fresh: f64| {
+            let mut routing = Routing::from_counts(&[6, 2, 0, 0], "replicated");
+            routing.fresh = fresh;
+            let op = OpDesc::Moe {
+                tokens: 8,
+                top_k: 1,
+                experts: 4,
+                hidden: 1024,
+                ffn: 512,
+                hidden_state: false,
+                routing,
+            };
+            kernel_times(&op, &p)
+                .iter()
+                .map(|k| k.coef[ix::MOE_COLD_WALK])
+                .collect::<Vec<f64>>()
+        };
+        assert_eq!(cold_walk(2.0), [0.0, 0.0, 6.0 * 1024.0, 6.0 * 512.0]);
+        assert_eq!(cold_walk(1.0), [0.0, 0.0, 3.0 * 1024.0, 3.0 * 512.0]);
+        assert_eq!(cold_walk(0.0), [0.0; 4]);
+        // Profiles without the parameter load it as 0: they predict as before.
+        assert_eq!(Params::h200().moe_cold_walk_ns, 0.0);
     }
 
     /// A MoE GEMM's serial part is the larger of the most loaded expert's warp walk and the

@@ -188,6 +188,12 @@ params! {
     /// per-op runs timed a one-token write of 8 heads of 128 (8 iterations) at 6.5 µs and one
     /// of one head (1 iteration) at 5.1 µs (H100).
     write_iter_ns = 0.0,
+    /// MoE expert GEMMs: per token of the most loaded expert x the dot length, times the share
+    /// of chosen experts whose weights come from DRAM (`fresh` / `active`). The per-op runs of
+    /// two Mamba layouts at top-4 put the walk's cost per token on whether the weights were in
+    /// L2: 16 experts, all resident, ran 506 µs at 51-80 tokens where the model said 568; 20
+    /// experts, none resident, 618 µs where it said 577 (blind13, blind14; docs/timing.md).
+    moe_cold_walk_ns = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -327,7 +333,7 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 /// update's per-token term, with which such a file predicts as it did, the per-op event gap:
 /// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
 /// the tensor-core decode's spill term above a head dim of 128, the K/V kernels' split
-/// combine, the MoE GEMMs' walk and SM terms, and the block kernels' walks).
+/// combine, the MoE GEMMs' walk and SM terms, the block kernels' walks, and the MoE walk's cold share).
 pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "state_token_ns",
     "op_event_gap_ns",
@@ -344,6 +350,7 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "zero_iter_ns",
     "copy_iter_ns",
     "write_iter_ns",
+    "moe_cold_walk_ns",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is

@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""blind14's three layouts, drawn at random (seed 20261414) from the ranges blind10-blind13 used:
-writes blind14-{swa,mamba,chain}.json, the scenario files in docs/timing/scenarios/, into the
-current folder (docs/timing.md, "A fourteenth blind set, drawn at random").
+"""A blind set's three layouts, drawn at random from the ranges blind10-blind13 used: writes
+blindN-{swa,mamba,chain}.json, scenario files as in docs/timing/scenarios/, into the current
+folder (docs/timing.md, "A fourteenth blind set, drawn at random").
 
-    cd /tmp && python3 scripts/timing/draw_blind14.py && diff blind14-swa.json docs/timing/scenarios/blind14-swa.json
+    draw_blind.py SET DRAW_SEED FIRST_SCENARIO_SEED ORDINAL PROFILE_NOTE
+
+blind14 (its files, byte for byte) and blind15:
+
+    draw_blind.py 14 20261414 20261242 fourteenth "h100-c1, unchanged"
+    draw_blind.py 15 20261515 20261245 fifteenth "h100-c2"
 """
 import json
 import random
+import sys
 
-r = random.Random(20261414)
+if len(sys.argv) != 6:
+    raise SystemExit(__doc__)
+SET, DRAW_SEED, FIRST_SEED, ORDINAL, PROFILE_NOTE = sys.argv[1:]
+r = random.Random(int(DRAW_SEED))
 def caps(n, first):
     xs = sorted(r.sample(range(first + 1, 61), n - 1))
     return [first] + xs
@@ -43,7 +52,7 @@ while True:
     if pool_ok(g): break
 e, k = moe()
 out['chain'] = (g, e, k, True, 8192, caps(6, 1))
-seeds = {'swa': 20261242, 'mamba': 20261243, 'chain': 20261244}
+seeds = {name: int(FIRST_SEED) + i for i, name in enumerate(('swa', 'mamba', 'chain'))}
 for name, (g, e, k, ep, maxlen, sizes) in out.items():
     full = g[0]
     def heads(n, d): return f"{n} KV head{'s' if n > 1 else ''} of {d}"
@@ -54,12 +63,12 @@ for name, (g, e, k, ep, maxlen, sizes) in out.items():
         what = f"full attention + a Mamba group, {heads(full['kv_heads'], full['head_dim'])}, {g[1]['kv_heads']} state heads of {g[1]['head_dim']}, blocks of {full['block_size']}, {e} experts top-{k} under EP"
     else:
         what = f"chain plan, {heads(full['kv_heads'], full['head_dim'])}, blocks of {full['block_size']} over {full['layers']} layers, {e} experts top-{k} under EP"
-    doc = {"name": f"blind14-{name}",
-           "description": f"fourteenth blind timing layout, drawn at random (seed 20261414) from the ranges of blind10-blind13, its predictions (h100-c1, unchanged) committed before its one measurement (issue 21): {what}",
-           "scenario": {"name": f"blind14-{name}", "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
+    doc = {"name": f"blind{SET}-{name}",
+           "description": f"{ORDINAL} blind timing layout, drawn at random (seed {DRAW_SEED}) from the ranges of blind10-blind13, its predictions ({PROFILE_NOTE}) committed before its one measurement (issue 21): {what}",
+           "scenario": {"name": f"blind{SET}-{name}", "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
                         "pool_blocks": 40000, "scheduler": sched(maxlen), "dp_ranks": 1, "seed": seeds[name]},
            "bench": bench(ep, sizes)}
-    with open(f"blind14-{name}.json", "w") as f:
+    with open(f"blind{SET}-{name}.json", "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print(name, what, sizes)
