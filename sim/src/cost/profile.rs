@@ -191,7 +191,7 @@ params! {
     /// MoE expert GEMMs: per token of the most loaded expert x the dot length, times the share
     /// of chosen experts whose weights come from DRAM (`fresh` / `active`). The per-op runs of
     /// two Mamba layouts at top-4 put the walk's cost per token on whether the weights were in
-    /// L2: 16 experts, all resident, ran 506 µs at 51-80 tokens where the model said 568; 20
+    /// L2: 16 experts, all resident, ran 506 µs at 51-80 tokens where `h100-c1` said 568; 20
     /// experts, none resident, 618 µs where it said 577 (blind13, blind14; docs/timing.md).
     moe_cold_walk_ns = 0.0,
 }

@@ -28,7 +28,8 @@ pub struct Routing {
     /// The coldest chosen expert's reuse distance in bytes, what the L2 rule compared with the
     /// cache: the weights of the experts used since its last use (its own included) plus the
     /// bytes other kernels streamed since. Absent where a chosen expert had no earlier use, or
-    /// the routing is expected. Set by [`super::desc::describe`]; the model reads `fresh` only.
+    /// the routing is expected over some of the experts (which ones is not known). Set by
+    /// [`super::desc::describe`]; the model reads `fresh` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coldest_reuse_bytes: Option<f64>,
     /// `measured` (the device's counts), `replicated` (token routing recomputed) or
