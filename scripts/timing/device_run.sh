@@ -103,6 +103,9 @@ s14-swa.ops|blind14-swa.native|--time-ops|2
 s15-swa|blind15-swa.native||3
 s15-mamba|blind15-mamba.native||3
 s15-chain|blind15-chain.chain||3
+s16-swa|blind16-swa.native||3
+s16-mamba|blind16-mamba.native||3
+s16-chain|blind16-chain.chain||3
 r12-swa.x5|blind12-swa.native||5
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3

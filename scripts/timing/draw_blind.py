@@ -3,20 +3,23 @@
 blindN-{swa,mamba,chain}.json, scenario files as in docs/timing/scenarios/, into the current
 folder (docs/timing.md, "A fourteenth blind set drawn at random").
 
-    draw_blind.py SET DRAW_SEED FIRST_SCENARIO_SEED ORDINAL PROFILE_NOTE
+    draw_blind.py SET DRAW_SEED FIRST_SCENARIO_SEED ORDINAL PROFILE_NOTE [MAX_EXPERTS]
 
-blind14 (its files, byte for byte) and blind15:
+Experts are drawn from 12, 16, ... MAX_EXPERTS (default 80). blind14 and blind15 (their files,
+byte for byte), and blind16, drawn with few experts to test the MoE walk's cold share:
 
     draw_blind.py 14 20261414 20261242 fourteenth "h100-c1, unchanged"
     draw_blind.py 15 20261515 20261245 fifteenth "h100-c2"
+    draw_blind.py 16 20261616 20261248 sixteenth "h100-c2 and h100-c1" 24
 """
 import json
 import random
 import sys
 
-if len(sys.argv) != 6:
+if len(sys.argv) not in (6, 7):
     raise SystemExit(__doc__)
-SET, DRAW_SEED, FIRST_SEED, ORDINAL, PROFILE_NOTE = sys.argv[1:]
+SET, DRAW_SEED, FIRST_SEED, ORDINAL, PROFILE_NOTE = sys.argv[1:6]
+MAX_EXPERTS = int(sys.argv[6]) if len(sys.argv) == 7 else 80
 r = random.Random(int(DRAW_SEED))
 def caps(n, first):
     xs = sorted(r.sample(range(first + 1, 61), n - 1))
@@ -24,7 +27,7 @@ def caps(n, first):
 def pool_ok(groups):
     return sum(40000 * g['block_size'] * g['kv_heads'] * g['head_dim'] * 4 * g['layers'] for g in groups if g['kind'] != 'mamba') <= 45e9
 def moe():
-    e = r.randrange(12, 81, 4)
+    e = r.randrange(12, MAX_EXPERTS + 1, 4)
     return e, r.randint(2, min(5, e))
 def sched(maxlen):
     return {"max_num_seqs": 64, "max_num_batched_tokens": 4096, "max_model_len": maxlen, "enable_caching": True, "async_scheduling": False, "watermark": 0.0}
@@ -64,7 +67,7 @@ for name, (g, e, k, ep, maxlen, sizes) in out.items():
     else:
         what = f"chain plan, {heads(full['kv_heads'], full['head_dim'])}, blocks of {full['block_size']} over {full['layers']} layers, {e} experts top-{k} under EP"
     doc = {"name": f"blind{SET}-{name}",
-           "description": f"{ORDINAL} blind timing layout, drawn at random (seed {DRAW_SEED}) from the ranges of blind10-blind13, its predictions ({PROFILE_NOTE}) committed before its one measurement (issue 21): {what}",
+           "description": f"{ORDINAL} blind timing layout, drawn at random (seed {DRAW_SEED}) from the ranges of blind10-blind13{'' if MAX_EXPERTS == 80 else f' with at most {MAX_EXPERTS} experts'}, its predictions ({PROFILE_NOTE}) committed before its one measurement (issue 21): {what}",
            "scenario": {"name": f"blind{SET}-{name}", "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
                         "pool_blocks": 40000, "scheduler": sched(maxlen), "dp_ranks": 1, "seed": seeds[name]},
            "bench": bench(ep, sizes)}
