@@ -106,6 +106,8 @@ s15-chain|blind15-chain.chain||3
 s16-swa|blind16-swa.native||3
 s16-mamba|blind16-mamba.native||3
 s16-chain|blind16-chain.chain||3
+s16-chain.ops|blind16-chain.chain|--time-ops|2
+s16-mamba.ops|blind16-mamba.native|--time-ops|2
 r12-swa.x5|blind12-swa.native||5
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3
