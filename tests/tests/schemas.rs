@@ -180,6 +180,8 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
     assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk5.json"));
     // fitted on one session's corpus (docs/timing/data/, blind12's profile).
     assert_valid_file("profile", &repo_root().join("docs/timing/h100-c1.json"));
+    // with the MoE walk's cold share (blind15's and blind16's, recommended since).
+    assert_valid_file("profile", &repo_root().join("docs/timing/h100-c2.json"));
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------
