@@ -97,6 +97,10 @@ fn scenario_files_validate() {
     files.extend(json_files("tests/data/dynamo/mutants", ".json"));
     files.extend(json_files("docs/dynamo/findings", ".scenario.json"));
     files.extend(json_files("docs/dynamo/swarm", ".scenario.json"));
+    // The timing layouts every blind set was swept from (docs/timing.md reproduces them).
+    let timing = json_files("docs/timing/scenarios", ".json");
+    assert!(timing.len() >= 57, "{} timing scenario files", timing.len());
+    files.extend(timing);
     for f in files {
         assert_valid_file("scenario", &f);
     }
