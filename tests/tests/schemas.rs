@@ -169,23 +169,28 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
         "profile",
         &repo_root().join("tests/data/profiles/h200-calibrated-s2.json"),
     );
-    // Description version 6's recommended profile, and version 7's (and its calibration start).
-    assert_valid_file("profile", &repo_root().join("docs/timing/h200-combine.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h200-experts.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h200-experts-start.json"));
-    // The H100 profiles each blind set from blind5 on was predicted with (issue 21).
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-widest.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk2.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk3.json"));
-    // write_kv's walk rate held at the per-op runs' figure (blind9's profile and its start).
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk4.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk4-start.json"));
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-walk5.json"));
-    // fitted on one session's corpus (docs/timing/data/, blind12's profile).
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-c1.json"));
-    // with the MoE walk's cold share (blind15's and blind16's, recommended since).
-    assert_valid_file("profile", &repo_root().join("docs/timing/h100-c2.json"));
+    let committed = [
+        // Description version 6's recommended profile, and version 7's (and its calibration start).
+        "h200-combine",
+        "h200-experts",
+        "h200-experts-start",
+        // The H100 profiles each blind set from blind5 on was predicted with (issue 21).
+        "h100-widest",
+        "h100-walk",
+        "h100-walk2",
+        "h100-walk3",
+        // write_kv's walk rate held at the per-op runs' figure (blind9's profile and its start).
+        "h100-walk4",
+        "h100-walk4-start",
+        "h100-walk5",
+        // fitted on one session's corpus (docs/timing/data/, blind12's profile).
+        "h100-c1",
+        // with the MoE walk's cold share (blind15's and blind16's, recommended since).
+        "h100-c2",
+    ];
+    for name in committed {
+        assert_valid_file("profile", &repo_root().join(format!("docs/timing/{name}.json")));
+    }
 }
 
 // --- every object is closed and typed (kvsim_tests::schema::closed_and_typed) ---------------

@@ -121,12 +121,11 @@ impl ExpertCache {
         expert_bytes: f64,
         l2_bytes: f64,
     ) {
-        // Expected routing that reaches every expert (a prefill beyond the replicated length)
-        // used each one: the cache follows it as it follows counted ops.
-        let every = routing.counts.is_none() && experts > 0 && routing.active > f64::from(experts) - 0.5;
         let counts = match &routing.counts {
             Some(c) => c.clone(),
-            None if every => vec![1; experts as usize],
+            // Expected routing that reaches every expert (a prefill beyond the replicated
+            // length) used each one: the cache follows it as it follows counted ops.
+            None if experts > 0 && routing.active > f64::from(experts) - 0.5 => vec![1; experts as usize],
             None => {
                 routing.set_fresh(prev, experts, expert_bytes, l2_bytes);
                 routing.coldest_reuse_bytes = None;
