@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 
 # name | plan | flags | timed runs. Prefixes: sN- blind set N (sealed), rN- blind set N measured
 # again, c- and kN- one session's corpus (the suite plain, the calibration plans, blind set N again;
-# docs/timing.md, "One session's corpus").
+# docs/timing.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*).
 RUNS="
 selfcheck|-|-|-
 ink-a.ops|inkling-a.native|--time-ops|3
@@ -108,6 +108,21 @@ s16-mamba|blind16-mamba.native||3
 s16-chain|blind16-chain.chain||3
 s16-chain.ops|blind16-chain.chain|--time-ops|2
 s16-mamba.ops|blind16-mamba.native|--time-ops|2
+s17-swa|blind17-swa.native||3
+s17-mamba|blind17-mamba.native||3
+s17-chain|blind17-chain.chain||3
+s18-swa|blind18-swa.native||3
+s18-mamba|blind18-mamba.native||3
+s18-chain|blind18-chain.chain||3
+t1-swa|train1-swa.native||2
+t1-mamba|train1-mamba.native||2
+t1-chain|train1-chain.chain||2
+t2-swa|train2-swa.native||2
+t2-mamba|train2-mamba.native||2
+t2-chain|train2-chain.chain||2
+k16-swa|blind16-swa.native||1
+k16-mamba|blind16-mamba.native||1
+k16-chain|blind16-chain.chain||1
 r12-swa.x5|blind12-swa.native||5
 r8-swa|blind8-swa.native||3
 r8-mamba|blind8-mamba.native||3

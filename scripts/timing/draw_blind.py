@@ -5,6 +5,9 @@ folder (docs/timing.md, "A fourteenth blind set drawn at random").
 
     draw_blind.py SET DRAW_SEED FIRST_SCENARIO_SEED ORDINAL PROFILE_NOTE [MAX_EXPERTS]
 
+A SET that is not a number (e.g. train1) draws calibration layouts instead, named SET-swa, ...:
+measured to be fitted on, never predicted blind (ORDINAL and PROFILE_NOTE then say what for).
+
 Experts are drawn from 12, 16, ... MAX_EXPERTS (default 80). blind14 and blind15 (their files,
 byte for byte), and blind16, drawn with few experts to test the MoE walk's cold share:
 
@@ -66,12 +69,19 @@ for name, (g, e, k, ep, maxlen, sizes) in out.items():
         what = f"full attention + a Mamba group, {heads(full['kv_heads'], full['head_dim'])}, {g[1]['kv_heads']} state heads of {g[1]['head_dim']}, blocks of {full['block_size']}, {e} experts top-{k} under EP"
     else:
         what = f"chain plan, {heads(full['kv_heads'], full['head_dim'])}, blocks of {full['block_size']} over {full['layers']} layers, {e} experts top-{k} under EP"
-    doc = {"name": f"blind{SET}-{name}",
-           "description": f"{ORDINAL} blind timing layout, drawn at random (seed {DRAW_SEED}) from the ranges of blind10-blind13{'' if MAX_EXPERTS == 80 else f' with at most {MAX_EXPERTS} experts'}, its predictions ({PROFILE_NOTE}) committed before its one measurement (issue 21): {what}",
-           "scenario": {"name": f"blind{SET}-{name}", "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
+    ranges = f"the ranges of blind10-blind13{'' if MAX_EXPERTS == 80 else f' with at most {MAX_EXPERTS} experts'}"
+    if SET.isdigit():
+        full_name = f"blind{SET}-{name}"
+        about = f"{ORDINAL} blind timing layout, drawn at random (seed {DRAW_SEED}) from {ranges}, its predictions ({PROFILE_NOTE}) committed before its one measurement (issue 21)"
+    else:
+        full_name = f"{SET}-{name}"
+        about = f"{ORDINAL} calibration layout, drawn at random (seed {DRAW_SEED}) from {ranges}, measured to be fitted on ({PROFILE_NOTE}; issue 21)"
+    doc = {"name": full_name,
+           "description": f"{about}: {what}",
+           "scenario": {"name": full_name, "model": {"groups": g, "experts": e, "top_k": k, "vocab_size": 129280},
                         "pool_blocks": 40000, "scheduler": sched(maxlen), "dp_ranks": 1, "seed": seeds[name]},
            "bench": bench(ep, sizes)}
-    with open(f"blind{SET}-{name}.json", "w") as f:
+    with open(f"{full_name}.json", "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print(name, what, sizes)

@@ -187,6 +187,8 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
         "h100-c1",
         // with the MoE walk's cold share (blind15's and blind16's, recommended since).
         "h100-c2",
+        // h100-c2's recipe with six calibration layouts of at most 24 experts (blind17's, blind18's).
+        "h100-c3",
     ];
     for name in committed {
         assert_valid_file("profile", &repo_root().join(format!("docs/timing/{name}.json")));

@@ -1,7 +1,9 @@
 //! A committed profile is reproducible from committed measurements (issue 21, docs/timing.md
 //! "One session's corpus"): `h100-c1` and `h100-c2` were fitted on the GPU results packed in
-//! `docs/timing/data/h100-2026-12-06.tar.xz`, and each one's provenance (files, start profile,
-//! fitted parameters, step balance, prior) is enough to fit it again, parameter for parameter.
+//! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3` on those and the calibration layouts
+//! drawn at random in `h100-2026-12-06-t17.tar.xz`, and each one's provenance (files, start
+//! profile, fitted parameters, step balance, prior) is enough to fit it again, parameter for
+//! parameter.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,29 +16,40 @@ fn read(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+const CORPUS: &str = "h100-2026-12-06.tar.xz";
+
 #[test]
 fn h100_c1_refits_from_its_committed_measurements() {
-    refits("h100-c1");
+    refits("h100-c1", &[CORPUS], 45);
 }
 
 /// `h100-c1`'s files and parameters with the MoE walk's cold share fitted too.
 #[test]
 fn h100_c2_refits_from_its_committed_measurements() {
-    refits("h100-c2");
+    refits("h100-c2", &[CORPUS], 45);
 }
 
-fn refits(name: &str) {
+/// `h100-c2`'s recipe with six calibration layouts of at most 24 experts and blind16 measured
+/// again (this session's `t17/`).
+#[test]
+fn h100_c3_refits_from_its_committed_measurements() {
+    refits("h100-c3", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
+}
+
+fn refits(name: &str, archives: &[&str], runs: usize) {
     let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let archive = repo_root().join("docs/timing/data/h100-2026-12-06.tar.xz");
-    let untar = Command::new("tar")
-        .arg("-xJf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&dir)
-        .status()
-        .expect("tar (with xz) unpacks the committed measurements");
-    assert!(untar.success(), "tar -xJf {} failed", archive.display());
+    for a in archives {
+        let archive = repo_root().join("docs/timing/data").join(a);
+        let untar = Command::new("tar")
+            .arg("-xJf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&dir)
+            .status()
+            .expect("tar (with xz) unpacks the committed measurements");
+        assert!(untar.success(), "tar -xJf {} failed", archive.display());
+    }
 
     let committed = read(&repo_root().join(format!("docs/timing/{name}.json")));
     let prov = &committed["provenance"];
@@ -48,8 +61,8 @@ fn refits(name: &str) {
         .collect();
     assert_eq!(
         files.len(),
-        45,
-        "the suite, the calibration plans, blind2-blind10 and blind11"
+        runs,
+        "the suite, the calibration plans, blind2-blind10 and blind11 (and for h100-c3 t17/)"
     );
     let fit: Vec<&str> = prov["fitted_params"]
         .as_array()
