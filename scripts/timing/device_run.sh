@@ -114,6 +114,9 @@ s17-chain|blind17-chain.chain||3
 s18-swa|blind18-swa.native||3
 s18-mamba|blind18-mamba.native||3
 s18-chain|blind18-chain.chain||3
+s18-swa.ops|blind18-swa.native|--time-ops|2
+s18-mamba.ops|blind18-mamba.native|--time-ops|2
+s18-chain.ops|blind18-chain.chain|--time-ops|2
 t1-swa|train1-swa.native||2
 t1-mamba|train1-mamba.native||2
 t1-chain|train1-chain.chain||2

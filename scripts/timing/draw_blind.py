@@ -9,11 +9,16 @@ A SET that is not a number (e.g. train1) draws calibration layouts instead, name
 measured to be fitted on, never predicted blind (ORDINAL and PROFILE_NOTE then say what for).
 
 Experts are drawn from 12, 16, ... MAX_EXPERTS (default 80). blind14 and blind15 (their files,
-byte for byte), and blind16, drawn with few experts to test the MoE walk's cold share:
+byte for byte), blind16, drawn with few experts to test the MoE walk's cold share, the calibration
+layouts of h100-c3 and the two sets it predicted first:
 
     draw_blind.py 14 20261414 20261242 fourteenth "h100-c1, unchanged"
     draw_blind.py 15 20261515 20261245 fifteenth "h100-c2"
     draw_blind.py 16 20261616 20261248 sixteenth "h100-c2 and h100-c1" 24
+    draw_blind.py train1 20261701 20261260 first "h100-c3, with the corpus" 24
+    draw_blind.py train2 20261702 20261263 second "h100-c3, with the corpus" 24
+    draw_blind.py 17 20261717 20261266 seventeenth "h100-c3 and h100-c2"
+    draw_blind.py 18 20261818 20261269 eighteenth "h100-c3 and h100-c2" 24
 """
 import json
 import random

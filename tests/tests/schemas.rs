@@ -185,9 +185,10 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
         "h100-walk5",
         // fitted on one session's corpus (docs/timing/data/, blind12's profile).
         "h100-c1",
-        // with the MoE walk's cold share (blind15's and blind16's, recommended since).
+        // with the MoE walk's cold share (blind15's and blind16's).
         "h100-c2",
-        // h100-c2's recipe with six calibration layouts of at most 24 experts (blind17's, blind18's).
+        // h100-c2's recipe with six calibration layouts of at most 24 experts (blind17's and
+        // blind18's, recommended since).
         "h100-c3",
     ];
     for name in committed {
