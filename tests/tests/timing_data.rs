@@ -30,7 +30,7 @@ fn h100_c2_refits_from_its_committed_measurements() {
 }
 
 /// `h100-c2`'s recipe with six calibration layouts of at most 24 experts and blind16 measured
-/// again (this session's `t17/`).
+/// again (`t17/`, measured in a later session than the corpus).
 #[test]
 fn h100_c3_refits_from_its_committed_measurements() {
     refits("h100-c3", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
