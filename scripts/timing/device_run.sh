@@ -117,6 +117,12 @@ s18-chain|blind18-chain.chain||3
 s18-swa.ops|blind18-swa.native|--time-ops|2
 s18-mamba.ops|blind18-mamba.native|--time-ops|2
 s18-chain.ops|blind18-chain.chain|--time-ops|2
+s19-swa|blind19-swa.native||3
+s19-mamba|blind19-mamba.native||3
+s19-chain|blind19-chain.chain||3
+s20-swa|blind20-swa.native||3
+s20-mamba|blind20-mamba.native||3
+s20-chain|blind20-chain.chain||3
 t1-swa|train1-swa.native||2
 t1-mamba|train1-mamba.native||2
 t1-chain|train1-chain.chain||2

@@ -188,8 +188,11 @@ fn profiles_validate_the_builtin_and_the_calibrated() {
         // with the MoE walk's cold share (blind15's and blind16's).
         "h100-c2",
         // h100-c2's recipe with six calibration layouts of at most 24 experts (blind17's and
-        // blind18's, recommended since).
+        // blind18's).
         "h100-c3",
+        // the MoE GEMMs' per-SM form on h100-c3's files (blind19's and blind20's) and its start.
+        "h100-c4",
+        "h100-walk4-norm4-start",
     ];
     for name in committed {
         assert_valid_file("profile", &repo_root().join(format!("docs/timing/{name}.json")));

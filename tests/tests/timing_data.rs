@@ -1,7 +1,7 @@
 //! A committed profile is reproducible from committed measurements (issue 21, docs/timing.md
 //! "One session's corpus"): `h100-c1` and `h100-c2` were fitted on the GPU results packed in
-//! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3` on those and the calibration layouts
-//! drawn at random in `h100-2026-12-06-t17.tar.xz`, and each one's provenance (files, start
+//! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3` and `h100-c4` on those and the
+//! calibration layouts drawn at random in `h100-2026-12-06-t17.tar.xz`, and each one's provenance (files, start
 //! profile, fitted parameters, step balance, prior) is enough to fit it again, parameter for
 //! parameter.
 
@@ -36,6 +36,13 @@ fn h100_c3_refits_from_its_committed_measurements() {
     refits("h100-c3", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
+/// `h100-c3`'s files and parameters with the MoE GEMMs' per-SM form (`moe_sm_share_norm` 4 in
+/// its start) and the walk's L1 miss rate fitted too.
+#[test]
+fn h100_c4_refits_from_its_committed_measurements() {
+    refits("h100-c4", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
+}
+
 fn refits(name: &str, archives: &[&str], runs: usize) {
     let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -62,7 +69,7 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
     assert_eq!(
         files.len(),
         runs,
-        "the suite, the calibration plans, blind2-blind10 and blind11 (and for h100-c3 t17/)"
+        "the suite, the calibration plans, blind2-blind10 and blind11 (and from h100-c3 on t17/)"
     );
     let fit: Vec<&str> = prov["fitted_params"]
         .as_array()

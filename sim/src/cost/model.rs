@@ -73,7 +73,9 @@ mod ix {
     pub const COPY_ITER: usize = 49;
     pub const WRITE_ITER: usize = 50;
     pub const MOE_COLD_WALK: usize = 51;
-    pub const COUNT: usize = 52;
+    pub const MOE_WALK_MISS_ELEM: usize = 52;
+    pub const MOE_SM_SHARE_NORM: usize = 53;
+    pub const COUNT: usize = 54;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -374,31 +376,77 @@ pub fn kernel_times(op: &OpDesc, p: &[f64]) -> Vec<Lin> {
 /// SMs the MoE GEMMs' CTAs are dealt to (the H200's, as [`RESIDENT_128_THREAD_CTAS`] assumes).
 const MOE_SMS: usize = 132;
 
+/// Token rows (f32, `inner` each) one CTA of a MoE GEMM walks per weight row: up to
+/// `MOE_L1_HIT_BYTES` they stay in L1 for the next row, beyond `MOE_L1_MISS_BYTES` every row
+/// reads them again from L2, and in between a share does (a linear ramp). Measured alone on the
+/// H100 (`scripts/timing/moe_kernels.cu`): one expert's walk costs 14 us a token up to 16 tokens of
+/// 4 KiB and 18.2 us from 128 on; with 2 KiB rows, 7.8 us up to 64 tokens and 9.9 us from 128.
+const MOE_L1_HIT_BYTES: f64 = 64.0 * 1024.0;
+const MOE_L1_MISS_BYTES: f64 = 256.0 * 1024.0;
+
+/// Share of a walk of `tokens` token rows of `inner` f32s that misses L1 (see above).
+fn l1_miss_share(tokens: f64, inner: f64) -> f64 {
+    let bytes = tokens * inner * 4.0;
+    ((bytes - MOE_L1_HIT_BYTES) / (MOE_L1_MISS_BYTES - MOE_L1_HIT_BYTES)).clamp(0.0, 1.0)
+}
+
 /// A MoE GEMM's serial time (gpu/src/cuda/common.cu `moe_up` / `moe_down`): a grid of experts x
 /// (outer / 64) CTAs of four warps, each warp 16 rows of its expert, each row a dot of `inner`
-/// elements per token of that expert, one token after the other. Two bounds, the larger wins:
-/// the most loaded expert's warp walking alone (latency), and the SM whose CTAs hold the most
-/// row-dots (throughput; CTAs dealt to SMs in launch order, expert index fastest). With few
-/// experts each SM holds one CTA and the walk sets the time; with many, an SM runs several
-/// experts' walks side by side, which a term per token of the most loaded expert alone missed
-/// (-9 % at 8 experts, +9 % at 32 on the per-op suite, docs/timing.md).
+/// elements per token of that expert, one token after the other. Per SM (CTAs dealt to SMs in
+/// launch order, expert index fastest) two bounds: the walk of its most loaded CTA's warps
+/// (latency; dearer per element where the token rows miss L1, `moe_walk_miss_elem_ns`) and the
+/// row-dots of all its CTAs (throughput). With `moe_sm_share_norm` 0 the larger bound of the
+/// busiest SM is the time (a term per token of the most loaded expert alone missed -9 % at 8
+/// experts, +9 % at 32 on the per-op suite, docs/timing.md); with a norm p, each SM's time is
+/// (walk^p + rows^p)^(1/p), and the slowest SM's sets the GEMM's: the H100 ran two equally
+/// loaded CTAs on one SM 1.3x as long as one, where the larger bound said 1.03x
+/// (`moe_kernels.cu`, docs/timing.md).
 fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     const ROWS_PER_WARP: f64 = 16.0;
     const ROWS_PER_CTA: f64 = 64.0;
-    let chain = ROWS_PER_WARP * loads.iter().copied().fold(0.0, f64::max);
     let mut per_sm = [0.0f64; MOE_SMS];
+    let mut heaviest = [0.0f64; MOE_SMS];
     let experts = loads.len();
     for y in 0..(outer / 64) as usize {
         for (e, &n) in loads.iter().enumerate() {
-            per_sm[(e + experts * y) % MOE_SMS] += ROWS_PER_CTA * n;
+            let sm = (e + experts * y) % MOE_SMS;
+            per_sm[sm] += ROWS_PER_CTA * n;
+            heaviest[sm] = heaviest[sm].max(n);
         }
     }
-    let busiest = per_sm.iter().copied().fold(0.0, f64::max);
-    let mut walk = Lin::term(p, ix::MOE_WARP_ELEM, chain * inner);
-    walk.add_term(p, ix::MOE_WARP_ROW, chain);
-    let mut sm = Lin::term(p, ix::MOE_SM_ELEM, busiest * inner);
-    sm.add_term(p, ix::MOE_SM_ROW, busiest);
-    Lin::max(&walk, &sm)
+    let walk = |n: f64| {
+        let chain = ROWS_PER_WARP * n;
+        let mut l = Lin::term(p, ix::MOE_WARP_ELEM, chain * inner);
+        l.add_term(p, ix::MOE_WARP_ROW, chain);
+        l.add_term(p, ix::MOE_WALK_MISS_ELEM, chain * inner * l1_miss_share(n, inner));
+        l
+    };
+    let rows = |dots: f64| {
+        let mut l = Lin::term(p, ix::MOE_SM_ELEM, dots * inner);
+        l.add_term(p, ix::MOE_SM_ROW, dots);
+        l
+    };
+    let norm = p[ix::MOE_SM_SHARE_NORM];
+    if norm <= 0.0 {
+        let busiest = per_sm.iter().copied().fold(0.0, f64::max);
+        let most = loads.iter().copied().fold(0.0, f64::max);
+        return Lin::max(&walk(most), &rows(busiest));
+    }
+    // The slowest SM at these parameters, then its time as a Lin: the norm is homogeneous of
+    // degree 1, so walk x dT/dwalk + rows x dT/drows is the time, with the right gradients.
+    let value = |sm: usize| {
+        let (w, r) = (walk(heaviest[sm]).value, rows(per_sm[sm]).value);
+        (w.powf(norm) + r.powf(norm)).powf(1.0 / norm)
+    };
+    let slowest = (0..MOE_SMS).fold(0, |best, sm| if value(sm) > value(best) { sm } else { best });
+    let (w, r) = (walk(heaviest[slowest]), rows(per_sm[slowest]));
+    let t = value(slowest);
+    if t <= 0.0 {
+        return Lin::zero();
+    }
+    let mut l = w.scaled((w.value / t).powf(norm - 1.0));
+    l.add(&r.scaled((r.value / t).powf(norm - 1.0)));
+    l
 }
 
 /// Host time of a host-work op.
@@ -566,6 +614,8 @@ mod tests {
             (ix::COPY_ITER, "copy_iter_ns"),
             (ix::WRITE_ITER, "write_iter_ns"),
             (ix::MOE_COLD_WALK, "moe_cold_walk_ns"),
+            (ix::MOE_WALK_MISS_ELEM, "moe_walk_miss_elem_ns"),
+            (ix::MOE_SM_SHARE_NORM, "moe_sm_share_norm"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -824,6 +874,52 @@ mod tests {
         // A profile without the terms (all zero) prices nothing here: old profiles predict as before.
         let old = Params::h200().to_vec();
         assert_eq!(gemm_walk(&old, &[3.0; 256], 1024.0, 512).value, 0.0);
+    }
+
+    /// With a norm, an SM's walk and row-dots combine as (walk^p + rows^p)^(1/p), and the
+    /// linearisation is the time itself (the norm is homogeneous): two equal bounds give
+    /// 2^(1/p) times either, where the larger alone gave 1x; one bound alone is itself.
+    #[test]
+    fn a_normed_moe_gemm_combines_an_sms_walk_and_rows() {
+        let mut p = Params::h200().to_vec();
+        p[ix::MOE_WARP_ROW] = 4.0;
+        p[ix::MOE_SM_ROW] = 1.0;
+        p[ix::MOE_SM_SHARE_NORM] = 4.0;
+        // One loaded expert of 8 (up grid 8 x 8, one CTA per SM): walk 16 x 5 row-dots x 4 ns
+        // = 320, rows 64 x 5 x 1 ns = 320.
+        let one = gemm_walk(&p, &[5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 1024.0, 512);
+        let both = 320.0 * 2f64.powf(0.25);
+        assert!((one.value - both).abs() < 1e-9, "{}", one.value);
+        assert!((one.eval(&p) - one.value).abs() < 1e-9);
+        // Each side's coefficient is its units times (its share)^(p-1).
+        let share = (320.0 / both).powf(3.0);
+        assert!((one.coef[ix::MOE_WARP_ROW] - 80.0 * share).abs() < 1e-9);
+        assert!((one.coef[ix::MOE_SM_ROW] - 320.0 * share).abs() < 1e-9);
+        // Rows alone (no walk rate): the SM's row-dots.
+        p[ix::MOE_WARP_ROW] = 0.0;
+        let rows = gemm_walk(&p, &[5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 1024.0, 512);
+        assert!((rows.value - 320.0).abs() < 1e-9);
+        // The slowest SM sets it: 140 loaded experts deal CTAs 132.. onto SMs 0..; SM 0 holds
+        // experts 0 and 132, each 64 rows x 5 tokens.
+        let wide = gemm_walk(&p, &[5.0; 140], 1024.0, 64);
+        assert!((wide.value - 640.0).abs() < 1e-9);
+    }
+
+    /// The walk is dearer per element where one CTA's token rows (tokens x inner x 4 bytes)
+    /// outgrow L1: nothing up to 64 KiB, all of it from 256 KiB, linear between.
+    #[test]
+    fn a_moe_walk_pays_the_l1_miss_rate_on_rows_beyond_l1() {
+        assert_eq!(l1_miss_share(16.0, 1024.0), 0.0);
+        assert_eq!(l1_miss_share(64.0, 1024.0), 1.0);
+        assert_eq!(l1_miss_share(40.0, 1024.0), 0.5);
+        let mut p = Params::h200().to_vec();
+        p[ix::MOE_WALK_MISS_ELEM] = 1.0;
+        let miss = |n: f64| gemm_walk(&p, &[n, 0.0, 0.0, 0.0], 512.0, 512).coef[ix::MOE_WALK_MISS_ELEM];
+        assert_eq!(miss(32.0), 0.0);
+        assert_eq!(miss(256.0), 16.0 * 256.0 * 512.0);
+        // Files without the rate price as before.
+        assert_eq!(Params::h200().moe_walk_miss_elem_ns, 0.0);
+        assert_eq!(Params::h200().moe_sm_share_norm, 0.0);
     }
 
     /// A state update's time: per serial step plus per token walked.

@@ -194,6 +194,17 @@ params! {
     /// L2: 16 experts, all resident, ran 506 µs at 51-80 tokens where `h100-c1` said 568; 20
     /// experts, none resident, 618 µs where it said 577 (blind13, blind14; docs/timing.md).
     moe_cold_walk_ns = 0.0,
+    /// MoE expert GEMMs, latency side: per element of the walk beyond `moe_warp_elem_ns` where
+    /// the walking CTA's token rows no longer stay in L1 between its weight rows (a ramp from
+    /// 64 KiB of rows to 256 KiB; `gemm_walk` in cost/model.rs). Measured alone on the H100
+    /// (`scripts/timing/moe_kernels.cu`): one expert's up walk cost 14 us a token up to 16 tokens
+    /// and 18.2 us from 128 on.
+    moe_walk_miss_elem_ns = 0.0,
+    /// MoE expert GEMMs: how an SM's walk and row-dots combine, the exponent p of
+    /// (walk^p + rows^p)^(1/p); 0 takes the larger (as files without it did). Not a rate: set,
+    /// not fitted. Two equally loaded CTAs on one SM ran 1.3x as long as one on the H100, 3 of
+    /// them 1.6x, 6 of them 3.1x (`moe_kernels.cu`), which p near 3-4 follows.
+    moe_sm_share_norm = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -351,6 +362,8 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "copy_iter_ns",
     "write_iter_ns",
     "moe_cold_walk_ns",
+    "moe_walk_miss_elem_ns",
+    "moe_sm_share_norm",
 ];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
