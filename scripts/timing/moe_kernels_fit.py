@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Fits forms of one MoE GEMM's time to `moe_kernels.cu`'s rows (docs/timing.md, "The MoE GEMMs
+timed alone"): per kernel (up: dots of 1024, down: dots of 512), a fixed cost, a cost per CTA
+of the grid, and the slowest SM's (walk^p + rows^p)^(1/p), where an SM's walk is its most loaded
+CTA's 16 x tokens row-dots (dearer per element on a linear ramp between LO and HI KiB of token
+rows, the L1 miss) and its rows are all its CTAs' 64 x tokens row-dots. CTAs are dealt to SMs
+either in launch order mod 132 (the cost model's rule) or where the `place` rows of the same run
+saw them land (only for the grid sizes probed). Prints the fitted values and the MAPE by pattern.
+
+    moe_kernels_fit.py RUN.csv        (needs numpy and scipy)
+"""
+import csv
+import sys
+from collections import defaultdict
+
+import numpy as np
+from scipy.optimize import least_squares
+
+SMS = 132
+
+
+def read(path):
+    times, placed = [], defaultdict(dict)
+    with open(path) as f:
+        for r in csv.reader(f):
+            if r[0] == "time":
+                inner, outer = (1024, 512) if r[1] == "up" else (512, 1024)
+                counts = np.array([int(x) for x in r[8].split(";")], float)
+                times.append(dict(kernel=r[1], E=int(r[2]), pattern=r[5], us=float(r[6]),
+                                  counts=counts, inner=inner, outer=outer))
+            elif r[0] == "place":
+                placed[(r[1], int(r[2]))][int(r[4])] = int(r[5])
+    tables = {len(m): [m[i] for i in range(len(m))] for m in placed.values()}
+    return times, tables
+
+
+def deal(counts, outer, table=None):
+    """Per SM: the loads' sum and the largest load of its CTAs."""
+    experts = len(counts)
+    total, largest = np.zeros(SMS), np.zeros(SMS)
+    for y in range(outer // 64):
+        for e, n in enumerate(counts):
+            i = e + experts * y
+            sm = table[i] if table else i % SMS
+            total[sm] += n
+            largest[sm] = max(largest[sm], n)
+    return total, largest
+
+
+def predict(x, d, norm):
+    fixed, per_cta, walk_hit, walk_miss, lo, hi, row = np.abs(x)
+    total, largest = d["dealt"]
+    kib = largest * d["inner"] * 4 / 1024
+    miss = np.clip((kib - lo) / max(hi - lo, 1e-6), 0, 1)
+    walk = 16 * largest * d["inner"] * (walk_hit + (walk_miss - walk_hit) * miss) / 1000
+    rows = 64 * total * d["inner"] * row / 1000
+    grid = d["E"] * d["outer"] / 64
+    return fixed + per_cta * grid / SMS + ((walk ** norm + rows ** norm) ** (1 / norm)).max()
+
+
+def fit(rows, norm):
+    def residuals(x):
+        return np.array([(predict(x, d, norm) - d["us"]) / d["us"] for d in rows])
+    x = least_squares(residuals, [8, 0.5, 0.9, 1.1, 100, 250, 0.15]).x
+    return np.abs(x), residuals(x)
+
+
+def main(path):
+    times, tables = read(path)
+    for kernel in ("up", "down"):
+        for dealing in ("launch order mod 132", "placements seen"):
+            rows = [d for d in times if d["kernel"] == kernel]
+            if dealing == "placements seen":
+                rows = [d for d in rows if d["E"] * d["outer"] // 64 in tables]
+            for d in rows:
+                table = tables[d["E"] * d["outer"] // 64] if dealing == "placements seen" else None
+                d["dealt"] = deal(d["counts"], d["outer"], table)
+            for norm in (4.0, 40.0):
+                x, r = fit(rows, norm)
+                by = defaultdict(list)
+                for d, e in zip(rows, r):
+                    by[d["pattern"]].append(abs(e))
+                parts = ", ".join(f"{p} {100 * np.mean(v):.2f} % ({len(v)})" for p, v in sorted(by.items()))
+                print(f"{kernel:<4} {dealing:<20} p={norm:>4.0f}: MAPE {100 * np.mean(np.abs(r)):.2f} % [{parts}]")
+                print("     fixed {:.2f} us, per CTA/SM {:.3f} us, walk {:.4f}/{:.4f} ns an element"
+                      " (ramp {:.0f}-{:.0f} KiB), rows {:.4f} ns an element".format(*x))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1])
