@@ -13,6 +13,7 @@ use kvsim_sim::cost::bands::{bands, ranges, Calibration};
 use kvsim_sim::cost::families::family_residuals;
 use kvsim_sim::cost::fit::{calibrate, fit_host_work, mape, rows, FitOptions, RowKind, Sample};
 use kvsim_sim::cost::load_profile;
+use kvsim_sim::cost::profile::NOT_FITTED_PARAMS;
 use kvsim_sim::cost::results::read_gpu_results_with;
 use kvsim_sim::output::write_atomic;
 
@@ -54,7 +55,7 @@ pub struct CalibrateArgs {
     pub band_quantile: f64,
 }
 
-/// One flag per parameter: free to move (all when `names` is empty).
+/// One flag per parameter: free to move (all but the settings when `names` is empty).
 fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
     let all = kvsim_sim::cost::Params::NAMES;
     if let Some(bad) = names.iter().find(|n| !all.contains(&n.as_str())) {
@@ -63,9 +64,14 @@ fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
             all.join(", ")
         )));
     }
+    if let Some(bad) = names.iter().find(|n| NOT_FITTED_PARAMS.contains(&n.as_str())) {
+        return Err(CliError::Input(format!(
+            "--fit {bad}: a setting, not a rate (set it in the --start profile)"
+        )));
+    }
     Ok(all
         .iter()
-        .map(|n| names.is_empty() || names.iter().any(|m| m == n))
+        .map(|n| !NOT_FITTED_PARAMS.contains(n) && (names.is_empty() || names.iter().any(|m| m == n)))
         .collect())
 }
 
@@ -190,4 +196,28 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         ))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-SM norm is an exponent no time is linear in: naming it is an input error, and a
+    /// fit of every parameter leaves it where the start profile set it.
+    #[test]
+    fn settings_are_never_fitted() {
+        let norm = kvsim_sim::cost::Params::NAMES
+            .iter()
+            .position(|n| *n == "moe_sm_share_norm")
+            .unwrap();
+        assert!(matches!(
+            free_params(&["moe_sm_share_norm".to_string()]),
+            Err(CliError::Input(_))
+        ));
+        let all = free_params(&[]).unwrap();
+        assert!(!all[norm]);
+        assert_eq!(all.iter().filter(|f| !**f).count(), NOT_FITTED_PARAMS.len());
+        let some = free_params(&["moe_sm_elem_ns".to_string()]).unwrap();
+        assert_eq!(some.iter().filter(|f| **f).count(), 1);
+    }
 }

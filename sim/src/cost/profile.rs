@@ -366,6 +366,10 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "moe_sm_share_norm",
 ];
 
+/// Parameters that are settings, not rates: no time is linear in them, so calibration never
+/// moves them (`--fit` naming one is an input error; without `--fit` they keep the start's).
+pub const NOT_FITTED_PARAMS: &[&str] = &["moe_sm_share_norm"];
+
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
 fn fill_added_params(v: &mut serde_json::Value) {
