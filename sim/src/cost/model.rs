@@ -434,13 +434,16 @@ fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     }
     // The slowest SM at these parameters, then its time as a Lin: the norm is homogeneous of
     // degree 1, so walk x dT/dwalk + rows x dT/drows is the time, with the right gradients.
-    let value = |sm: usize| {
-        let (w, r) = (walk(heaviest[sm]).value, rows(per_sm[sm]).value);
-        (w.powf(norm) + r.powf(norm)).powf(1.0 / norm)
-    };
-    let slowest = (0..MOE_SMS).fold(0, |best, sm| if value(sm) > value(best) { sm } else { best });
+    let times: Vec<f64> = (0..MOE_SMS)
+        .map(|sm| {
+            let (w, r) = (walk(heaviest[sm]).value, rows(per_sm[sm]).value);
+            (w.powf(norm) + r.powf(norm)).powf(1.0 / norm)
+        })
+        .collect();
+    // The first SM of the largest time, as a strict `>` scan keeps it.
+    let slowest = (0..MOE_SMS).fold(0, |best, sm| if times[sm] > times[best] { sm } else { best });
     let (w, r) = (walk(heaviest[slowest]), rows(per_sm[slowest]));
-    let t = value(slowest);
+    let t = times[slowest];
     if t <= 0.0 {
         return Lin::zero();
     }
