@@ -26,7 +26,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 
 # name | plan | flags | timed runs. Prefixes: sN- blind set N (sealed), rN- blind set N measured
 # again, c- and kN- one session's corpus (the suite plain, the calibration plans, blind set N again;
-# docs/timing.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*).
+# docs/timing.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*),
+# g- the H200 corpus (the suite plain, the calibration plans, train1 and train2, one timed run each).
 RUNS="
 selfcheck|-|-|-
 ink-a.ops|inkling-a.native|--time-ops|3
@@ -187,6 +188,27 @@ k9-chain|blind9-chain.chain||1
 k10-swa|blind10-swa.native||1
 k10-mamba|blind10-mamba.native||1
 k10-chain|blind10-chain.chain||1
+g-attn-d64-kv1|attn-d64-kv1||1
+g-attn-d96-kv2|attn-d96-kv2||1
+g-attn-d128-kv8|attn-d128-kv8||1
+g-attn-d256-kv4|attn-d256-kv4||1
+g-attn-d64-kv16|attn-d64-kv16||1
+g-attn-generic-d80|attn-generic-d80||1
+g-mla-d576|mla-d576||1
+g-state-d32-h16|state-d32-h16||1
+g-state-d128-h4|state-d128-h4||1
+g-state-d256-h8|state-d256-h8||1
+g-chain-copies|chain-copies||1
+g-moe-collapsed|moe-collapsed|--synthetic-kv zero --moe-input hidden|1
+g-ink-a|inkling-a.native||1
+g-oss-a|gpt-oss-a.native||1
+g-glm53|glm53.native||1
+g-t1-swa|train1-swa.native||1
+g-t1-mamba|train1-mamba.native||1
+g-t1-chain|train1-chain.chain||1
+g-t2-swa|train2-swa.native||1
+g-t2-mamba|train2-mamba.native||1
+g-t2-chain|train2-chain.chain||1
 "
 
 want=" $* "
