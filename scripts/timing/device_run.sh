@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 
 # name | plan | flags | timed runs. Prefixes: sN- blind set N (sealed), rN- blind set N measured
 # again, c- and kN- one session's corpus (the suite plain, the calibration plans, blind set N again;
-# docs/timing.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*),
+# docs/timing-history.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*),
 # g- the H200 corpus (the suite plain, the calibration plans, train1 and train2, one timed run each).
 RUNS="
 selfcheck|-|-|-

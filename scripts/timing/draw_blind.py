@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A blind set's three layouts, drawn at random from the ranges blind10-blind13 used: writes
 blindN-{swa,mamba,chain}.json, scenario files as in docs/timing/scenarios/, into the current
-folder (docs/timing.md, "A fourteenth blind set drawn at random").
+folder (docs/timing-history.md, "A fourteenth blind set drawn at random").
 
     draw_blind.py SET DRAW_SEED FIRST_SCENARIO_SEED ORDINAL PROFILE_NOTE [MAX_EXPERTS]
 

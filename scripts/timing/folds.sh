@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21: the blind sets held out in turn of a fit on one session's corpus (docs/timing.md,
+# Issue 21: the blind sets held out in turn of a fit on one session's corpus (docs/timing-history.md,
 # "A thirteenth blind set", "Folds"). blind2-blind11 (k2-* ... k10-*, s11-*) are each held out of
 # a fit on every other run h100-c1 was fitted on; blind12 (s12-*) is predicted from the fit on all
 # of them. Each fit is h100-c1's recipe (its files in order, its fitted parameters, --balance-steps)

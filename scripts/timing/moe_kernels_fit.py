@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits forms of one MoE GEMM's time to `moe_kernels.cu`'s rows (docs/timing.md, "The MoE GEMMs
+"""Fits forms of one MoE GEMM's time to `moe_kernels.cu`'s rows (docs/timing-history.md, "The MoE GEMMs
 timed alone"): per kernel (up: dots of 1024, down: dots of 512), a fixed cost, a cost per CTA
 of the grid, and the slowest SM's (walk^p + rows^p)^(1/p), where an SM's walk is its most loaded
 CTA's 16 x tokens row-dots (dearer per element on a linear ramp between LO and HI KiB of token

@@ -9,7 +9,7 @@ coldest chosen expert (the weights of the experts used since plus the bytes othe
 streamed since; absent where a chosen expert had no earlier use, or where an op whose routing
 the model only expects, over some of the experts, came between). Prints the one-token MoE ops'
 measured times by that distance (MiB); the rule holds an expert in L2 up to 40 MiB
-(docs/timing.md, "A thirteenth blind set").
+(docs/timing-history.md, "A thirteenth blind set").
 
     kvsim predict PLAN --profile P --time-ops --describe --out described.json
     scripts/timing/moe_l2_distance.py run.ops.gpu.json described.json

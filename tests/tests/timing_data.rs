@@ -1,4 +1,4 @@
-//! A committed profile is reproducible from committed measurements (issue 21, docs/timing.md
+//! A committed profile is reproducible from committed measurements (issue 21, docs/timing-history.md
 //! "One session's corpus"): `h100-c1` and `h100-c2` were fitted on the GPU results packed in
 //! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3` and `h100-c4` on those and the
 //! calibration layouts drawn at random in `h100-2026-12-06-t17.tar.xz`, and each one's provenance (files, start

@@ -261,7 +261,7 @@ fn family(k: AttnKernel) -> Family {
         AttnKernel::Generic { .. } => Family::Generic,
         AttnKernel::Latent { .. } => Family::Latent,
         // Its own rates: on the H200 the MLA decode streams at 4.1-4.5 TB/s where the K/V
-        // kernel reaches 3.7 (docs/timing.md, MLA).
+        // kernel reaches 3.7 (docs/timing-history.md, MLA).
         AttnKernel::LatentMma { .. } => Family::LatentMma,
     }
 }

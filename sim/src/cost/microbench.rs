@@ -24,7 +24,7 @@ pub enum Replay {
     /// Real content, token routing: the model replicates routing exactly.
     Plain,
     /// Synthetic positions zeroed and MoE routed on the attention output: routing collapses
-    /// onto few experts at depth (docs/timing.md, experiment (a)); the results carry the
+    /// onto few experts at depth (docs/timing-history.md, experiment (a)); the results carry the
     /// device's routing counts, so the most loaded expert is measured, not assumed.
     CollapsedRouting,
 }

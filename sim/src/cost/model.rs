@@ -397,10 +397,10 @@ fn l1_miss_share(tokens: f64, inner: f64) -> f64 {
 /// (latency; dearer per element where the token rows miss L1, `moe_walk_miss_elem_ns`) and the
 /// row-dots of all its CTAs (throughput). With `moe_sm_share_norm` 0 the larger bound of the
 /// busiest SM is the time (a term per token of the most loaded expert alone missed -9 % at 8
-/// experts, +9 % at 32 on the per-op suite, docs/timing.md); with a norm p, each SM's time is
+/// experts, +9 % at 32 on the per-op suite, docs/timing-history.md); with a norm p, each SM's time is
 /// (walk^p + rows^p)^(1/p), and the slowest SM's sets the GEMM's: the H100 ran two equally
 /// loaded CTAs on one SM 1.3x as long as one, where the larger bound said 1.03x
-/// (`moe_kernels.cu`, docs/timing.md).
+/// (`moe_kernels.cu`, docs/timing-history.md).
 fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     const ROWS_PER_WARP: f64 = 16.0;
     const ROWS_PER_CTA: f64 = 64.0;
@@ -533,7 +533,7 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                     // What the op's own events measure: its kernels' device time plus, per
                     // kernel, the gap the events open (measured on the H200: a lone tiny op reads
                     // 4-5 us between its events while the host spends 8-9 us issuing it, so the
-                    // host's issue cost does not enter; docs/timing.md, "Per-op and plain runs").
+                    // host's issue cost does not enter; docs/timing-history.md, "Per-op and plain runs").
                     let mut own = Lin::zero();
                     for k in kernel_times(op, &p) {
                         if timed {

@@ -155,7 +155,7 @@ params! {
     /// MoE: once per op, the layer's own fixed device cost beyond its four kernels' (the up and
     /// down kernels' first weight rows, the routing lists' set-up). Without it the MoE op's fixed
     /// cost is `gpu_kernel_ns`, which every kernel family shares, and the fit priced small loads
-    /// through `moe_cold_ns` instead (+14-61 % at 1-16 token-expert pairs, docs/timing.md).
+    /// through `moe_cold_ns` instead (+14-61 % at 1-16 token-expert pairs, docs/timing-history.md).
     moe_fixed_ns = 0.0,
     /// MoE expert GEMMs, latency side: per element of one warp's serial walk (a CTA's warps each
     /// take 16 weight rows and walk the expert's tokens one by one, a row-dot of the inner size
@@ -192,7 +192,7 @@ params! {
     /// of chosen experts whose weights come from DRAM (`fresh` / `active`). The per-op runs of
     /// two Mamba layouts at top-4 put the walk's cost per token on whether the weights were in
     /// L2: 16 experts, all resident, ran 506 µs at 51-80 tokens where `h100-c1` said 568; 20
-    /// experts, none resident, 618 µs where it said 577 (blind13, blind14; docs/timing.md).
+    /// experts, none resident, 618 µs where it said 577 (blind13, blind14; docs/timing-history.md).
     moe_cold_walk_ns = 0.0,
     /// MoE expert GEMMs, latency side: per element of the walk beyond `moe_warp_elem_ns` where
     /// the walking CTA's token rows no longer stay in L1 between its weight rows (a ramp from

@@ -95,7 +95,7 @@ impl Routing {
 /// own included) fit in the cache. The previous op alone said too little: a prefill that
 /// touched every expert leaves them all resident for the decodes after it, and on the H200 a
 /// one-token MoE after such a prefill ran 13 µs faster than after a one-token prefill (the
-/// cold pass over fresh weights; `unseen-mamba`, docs/timing.md).
+/// cold pass over fresh weights; `unseen-mamba`, docs/timing-history.md).
 #[derive(Clone, Debug, Default)]
 pub struct ExpertCache {
     /// Per expert: the MoE op that last used it, and the bytes streamed until then.

@@ -331,7 +331,7 @@ impl Observer for Lowering<'_, '_> {
             // DECISION: by default synthetic ("fake") KV is materialised on the device as
             // if prefilled from the request's own tokens, so replays of plans with
             // capacity fallbacks verify; `SyntheticKv::Zero` zeroes it instead (issue 8's
-            // content-sensitivity experiment, docs/timing.md).
+            // content-sensitivity experiment, docs/timing-history.md).
             // Synthetic KV covers positions up to `tokens`: from 0, or after a poached hit
             // from the hit on (the engine's `fake_compute`).
             PlanOp::FakeCompute { req, tokens } => self.lw.capture_forward(
