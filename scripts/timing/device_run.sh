@@ -124,6 +124,9 @@ s19-chain|blind19-chain.chain||3
 s20-swa|blind20-swa.native||3
 s20-mamba|blind20-mamba.native||3
 s20-chain|blind20-chain.chain||3
+s19-chain.ops|blind19-chain.chain|--time-ops|2
+s20-swa.ops|blind20-swa.native|--time-ops|2
+s20-chain.ops|blind20-chain.chain|--time-ops|2
 t1-swa|train1-swa.native||2
 t1-mamba|train1-mamba.native||2
 t1-chain|train1-chain.chain||2

@@ -10,6 +10,9 @@
 //        L2 warm: the same weights every repeat), COUNTS the tokens per expert joined by ';'
 //   place,KERNEL,E,PATTERN,CTA,SM,START_NS,END_NS               a probe of the same grid and
 //        block as KERNEL, each CTA busy for its expert's load, recording %smid and the timer
+// With the argument `deal` it prints instead, for every grid of N = 1..1600 CTAs of 128 threads
+// (all resident at once, each busy 20 us), the SM of each CTA in launch order:
+//   deal,N,SM SM SM ...
 // H = 1024 and F = 512, the blind sets' MoE (docs/timing.md).
 #include <cstdio>
 #include <cstdlib>
@@ -116,7 +119,24 @@ static void place_rows(const char* pattern, int E, const std::vector<u32>& c, u6
   }
 }
 
-int main() {
+// The SM of every CTA of one-dimensional grids of 1..1600 CTAs (see the header).
+static void deal_rows() {
+  std::vector<u32> busy(1600, 1);
+  CK(cudaMemcpy(cnt, busy.data(), 4 * 96, cudaMemcpyHostToDevice));
+  for (int n = 1; n <= 1600; ++n) {
+    // probe reads counts[blockIdx.x]: a grid (1, n) keeps every CTA on counts[0]; the linear
+    // index is blockIdx.x + gridDim.x * blockIdx.y = blockIdx.y, the launch order.
+    probe<<<dim3(1, n), 128>>>(cnt, 20000, rec);
+    CK(cudaDeviceSynchronize());
+    std::vector<u64> h(3 * (size_t)n);
+    CK(cudaMemcpy(h.data(), rec, 8 * h.size(), cudaMemcpyDeviceToHost));
+    printf("deal,%d,", n);
+    for (int i = 0; i < n; ++i) printf(i ? " %llu" : "%llu", h[3 * i]);
+    printf("\n");
+  }
+}
+
+int main(int argc, char** argv) {
   CK(cudaMalloc(&w1, 2ull * EMAX * F * H));
   CK(cudaMalloc(&w2, 2ull * EMAX * H * F));
   moe_init<<<1024, 256>>>(w1, (u64)EMAX * F * H, 2u);
@@ -127,8 +147,12 @@ int main() {
   CK(cudaMalloc(&wl, 4ull * EMAX * TMAX)); CK(cudaMemset(wl, 0, 4ull * EMAX * TMAX));
   CK(cudaMalloc(&cnt, 4 * EMAX));
   CK(cudaMalloc(&lists, 4ull * EMAX * TMAX));
-  CK(cudaMalloc(&rec, 8ull * 3 * EMAX * 16));
+  CK(cudaMalloc(&rec, 8ull * 3 * 1600));
   CK(cudaDeviceSynchronize());
+  if (argc > 1 && strcmp(argv[1], "deal") == 0) {
+    deal_rows();
+    return 0;
+  }
   printf("kind,kernel,E,tokens,top_k,pattern,median_us,min_us,counts\n");
   // One loaded expert: the walk alone, one CTA per SM.
   for (int E : {16, 64})

@@ -100,3 +100,52 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
     assert_eq!(refit["provenance"]["mape_after_pct"], prov["mape_after_pct"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A blind set's held-out figures (docs/timing-history.md, "blind19 and blind20 measured") come
+/// from the predictions committed before the measurement and the committed runs: comparing them
+/// again gives the committed comparison, number for number.
+#[test]
+fn blind19_and_blind20_comparisons_reproduce_from_committed_predictions_and_runs() {
+    for (set, archive) in [(19, "blind19-2026-12-07.tar.xz"), (20, "blind20-2026-12-07.tar.xz")] {
+        let dir = std::env::temp_dir().join(format!("kvsim-blind{set}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let archive = repo_root().join("docs/timing/data").join(archive);
+        let untar = Command::new("tar")
+            .arg("-xJf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&dir)
+            .status();
+        assert!(
+            untar.expect("tar (with xz)").success(),
+            "tar -xJf {}",
+            archive.display()
+        );
+        let docs = repo_root().join(format!("docs/timing/blind{set}"));
+        for (profile, committed) in [
+            ("h100-c4", format!("blind{set}-compare.json")),
+            ("h100-c3", format!("blind{set}-compare.h100-c3.json")),
+        ] {
+            let mut args: Vec<String> = vec!["compare".into()];
+            for layout in ["swa", "mamba", "chain"] {
+                args.push(
+                    docs.join(format!("blind{set}-{layout}.{profile}.pred.json"))
+                        .display()
+                        .to_string(),
+                );
+                args.push(
+                    dir.join(format!("s{set}/s{set}-{layout}.gpu.json"))
+                        .display()
+                        .to_string(),
+                );
+            }
+            let out = dir.join(format!("{profile}.compare.json"));
+            args.extend(["--out".into(), out.display().to_string()]);
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            // The committed comparisons were written without --max-mape: 0 whatever the error.
+            assert_eq!(kvsim(&argv).unwrap(), 0);
+            assert_eq!(read(&out), read(&docs.join(&committed)), "blind{set}, {profile}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
