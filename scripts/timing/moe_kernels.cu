@@ -13,6 +13,8 @@
 // With the argument `deal` it prints instead, for every grid of N = 1..1600 CTAs of 128 threads
 // (all resident at once, each busy 20 us), the SM of each CTA in launch order:
 //   deal,N,SM SM SM ...
+// With `deal2d`, the grids of the MoE GEMMs' shapes and one-dimensional ones, each three times
+// (see `deal2d_rows`).
 // H = 1024 and F = 512, the blind sets' MoE (docs/timing.md).
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +138,38 @@ static void deal_rows() {
   }
 }
 
+// The SM of every CTA of the MoE GEMMs' two-dimensional grids (E, Y), E = 1..96 and Y = 8, 16 (the
+// up and down grids at H = 1024, F = 512), and of one-dimensional grids of the same sizes, each
+// launched three times in a row: whether a grid's shape and the launches before it move where
+// its CTAs land.
+//   deal2d,E,Y,REP,SM SM ...      deal1d,N,REP,SM SM ...
+static void print_sms(int n) {
+  std::vector<u64> h(3 * (size_t)n);
+  CK(cudaMemcpy(h.data(), rec, 8 * h.size(), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) printf(i ? " %llu" : "%llu", h[3 * i]);
+  printf("\n");
+}
+
+static void deal2d_rows() {
+  std::vector<u32> busy(EMAX, 1);
+  CK(cudaMemcpy(cnt, busy.data(), 4 * EMAX, cudaMemcpyHostToDevice));
+  for (int ys : {8, 16})
+    for (int E = 1; E <= EMAX; ++E)
+      for (int rep = 0; rep < 3; ++rep) {
+        probe<<<dim3(E, ys), 128>>>(cnt, 20000, rec);
+        CK(cudaDeviceSynchronize());
+        printf("deal2d,%d,%d,%d,", E, ys, rep);
+        print_sms(E * ys);
+      }
+  for (int n : {128, 160, 192, 224, 256, 264, 320, 384, 416, 448, 528, 832})
+    for (int rep = 0; rep < 3; ++rep) {
+      probe<<<dim3(1, n), 128>>>(cnt, 20000, rec);
+      CK(cudaDeviceSynchronize());
+      printf("deal1d,%d,%d,", n, rep);
+      print_sms(n);
+    }
+}
+
 int main(int argc, char** argv) {
   CK(cudaMalloc(&w1, 2ull * EMAX * F * H));
   CK(cudaMalloc(&w2, 2ull * EMAX * H * F));
@@ -147,8 +181,12 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&wl, 4ull * EMAX * TMAX)); CK(cudaMemset(wl, 0, 4ull * EMAX * TMAX));
   CK(cudaMalloc(&cnt, 4 * EMAX));
   CK(cudaMalloc(&lists, 4ull * EMAX * TMAX));
-  CK(cudaMalloc(&rec, 8ull * 3 * 1600));
+  CK(cudaMalloc(&rec, 8ull * 3 * 4096));
   CK(cudaDeviceSynchronize());
+  if (argc > 1 && strcmp(argv[1], "deal2d") == 0) {
+    deal2d_rows();
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "deal") == 0) {
     deal_rows();
     return 0;
