@@ -6,9 +6,12 @@ CTA's 16 x tokens row-dots (dearer per element on a linear ramp between LO and H
 rows, the L1 miss) and its rows are all its CTAs' 64 x tokens row-dots. CTAs are dealt to SMs
 either in launch order mod 132 (the cost model's rule) or where the `place` rows of the same run
 saw them land (only for the grid sizes probed). Prints the fitted values and the MAPE by pattern.
+With DEAL (the `deal` rows of another run: one-dimensional grids of 1-1 600 CTAs), the grid sizes
+probed are fitted a third way, with CTAs where that run's grid of the same size put them.
 
-    moe_kernels_fit.py RUN.csv        (needs numpy and scipy)
+    moe_kernels_fit.py RUN.csv [DEAL.csv]        (needs numpy and scipy; either may be .xz)
 """
+import lzma
 import csv
 import sys
 from collections import defaultdict
@@ -19,9 +22,24 @@ from scipy.optimize import least_squares
 SMS = 132
 
 
+def text(path):
+    return lzma.open(path, "rt") if path.endswith(".xz") else open(path)
+
+
+def read_deal(path):
+    """Grid size -> the SM of each CTA, from `deal` rows."""
+    tables = {}
+    with text(path) as f:
+        for line in f:
+            kind, n, sms = line.rstrip("\n").split(",", 2)
+            if kind == "deal":
+                tables[int(n)] = [int(x) for x in sms.split()]
+    return tables
+
+
 def read(path):
     times, placed = [], defaultdict(dict)
-    with open(path) as f:
+    with text(path) as f:
         for r in csv.reader(f):
             if r[0] == "time":
                 inner, outer = (1024, 512) if r[1] == "up" else (512, 1024)
@@ -65,15 +83,18 @@ def fit(rows, norm):
     return np.abs(x), residuals(x)
 
 
-def main(path):
+def main(path, deal_path=None):
     times, tables = read(path)
+    probed = read_deal(deal_path) if deal_path else None
+    dealings = ["launch order mod 132", "placements seen"] + (["deal rows, same size"] if probed else [])
     for kernel in ("up", "down"):
-        for dealing in ("launch order mod 132", "placements seen"):
+        for dealing in dealings:
             rows = [d for d in times if d["kernel"] == kernel]
-            if dealing == "placements seen":
+            if dealing != "launch order mod 132":
                 rows = [d for d in rows if d["E"] * d["outer"] // 64 in tables]
             for d in rows:
-                table = tables[d["E"] * d["outer"] // 64] if dealing == "placements seen" else None
+                size = d["E"] * d["outer"] // 64
+                table = {"placements seen": tables.get(size), "deal rows, same size": (probed or {}).get(size)}.get(dealing)
                 d["dealt"] = deal(d["counts"], d["outer"], table)
             for norm in (4.0, 40.0):
                 x, r = fit(rows, norm)
@@ -87,6 +108,6 @@ def main(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         raise SystemExit(__doc__)
-    main(sys.argv[1])
+    main(*sys.argv[1:])
