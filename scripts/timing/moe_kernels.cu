@@ -121,6 +121,14 @@ static void place_rows(const char* pattern, int E, const std::vector<u32>& c, u6
   }
 }
 
+// The SM of each of the last probe's n CTAs, in launch order, as one line.
+static void print_sms(int n) {
+  std::vector<u64> h(3 * (size_t)n);
+  CK(cudaMemcpy(h.data(), rec, 8 * h.size(), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) printf(i ? " %llu" : "%llu", h[3 * i]);
+  printf("\n");
+}
+
 // The SM of every CTA of one-dimensional grids of 1..1600 CTAs (see the header).
 static void deal_rows() {
   std::vector<u32> busy(1600, 1);
@@ -130,11 +138,8 @@ static void deal_rows() {
     // index is blockIdx.x + gridDim.x * blockIdx.y = blockIdx.y, the launch order.
     probe<<<dim3(1, n), 128>>>(cnt, 20000, rec);
     CK(cudaDeviceSynchronize());
-    std::vector<u64> h(3 * (size_t)n);
-    CK(cudaMemcpy(h.data(), rec, 8 * h.size(), cudaMemcpyDeviceToHost));
     printf("deal,%d,", n);
-    for (int i = 0; i < n; ++i) printf(i ? " %llu" : "%llu", h[3 * i]);
-    printf("\n");
+    print_sms(n);
   }
 }
 
@@ -143,13 +148,6 @@ static void deal_rows() {
 // launched three times in a row: whether a grid's shape and the launches before it move where
 // its CTAs land.
 //   deal2d,E,Y,REP,SM SM ...      deal1d,N,REP,SM SM ...
-static void print_sms(int n) {
-  std::vector<u64> h(3 * (size_t)n);
-  CK(cudaMemcpy(h.data(), rec, 8 * h.size(), cudaMemcpyDeviceToHost));
-  for (int i = 0; i < n; ++i) printf(i ? " %llu" : "%llu", h[3 * i]);
-  printf("\n");
-}
-
 static void deal2d_rows() {
   std::vector<u32> busy(EMAX, 1);
   CK(cudaMemcpy(cnt, busy.data(), 4 * EMAX, cudaMemcpyHostToDevice));
