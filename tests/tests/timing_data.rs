@@ -43,8 +43,9 @@ fn h100_c4_refits_from_its_committed_measurements() {
     refits("h100-c4", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
-fn refits(name: &str, archives: &[&str], runs: usize) {
-    let dir = std::env::temp_dir().join(format!("kvsim-timing-data-{name}-{}", std::process::id()));
+/// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
+fn unpacked(label: &str, archives: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for a in archives {
         let archive = repo_root().join("docs/timing/data").join(a);
@@ -57,6 +58,11 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
             .expect("tar (with xz) unpacks the committed measurements");
         assert!(untar.success(), "tar -xJf {} failed", archive.display());
     }
+    dir
+}
+
+fn refits(name: &str, archives: &[&str], runs: usize) {
+    let dir = unpacked(&format!("kvsim-timing-data-{name}"), archives);
 
     let committed = read(&repo_root().join(format!("docs/timing/{name}.json")));
     let prov = &committed["provenance"];
@@ -107,20 +113,7 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
 #[test]
 fn blind19_and_blind20_comparisons_reproduce_from_committed_predictions_and_runs() {
     for (set, archive) in [(19, "blind19-2026-12-07.tar.xz"), (20, "blind20-2026-12-07.tar.xz")] {
-        let dir = std::env::temp_dir().join(format!("kvsim-blind{set}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let archive = repo_root().join("docs/timing/data").join(archive);
-        let untar = Command::new("tar")
-            .arg("-xJf")
-            .arg(&archive)
-            .arg("-C")
-            .arg(&dir)
-            .status();
-        assert!(
-            untar.expect("tar (with xz)").success(),
-            "tar -xJf {}",
-            archive.display()
-        );
+        let dir = unpacked(&format!("kvsim-blind{set}"), &[archive]);
         let docs = repo_root().join(format!("docs/timing/blind{set}"));
         for (profile, committed) in [
             ("h100-c4", format!("blind{set}-compare.json")),
