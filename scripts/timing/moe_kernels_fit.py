@@ -94,7 +94,8 @@ def main(path, deal_path=None):
                 rows = [d for d in rows if d["E"] * d["outer"] // 64 in tables]
             for d in rows:
                 size = d["E"] * d["outer"] // 64
-                table = {"placements seen": tables.get(size), "deal rows, same size": (probed or {}).get(size)}.get(dealing)
+                seen = {"placements seen": tables, "deal rows, same size": probed}.get(dealing)
+                table = seen.get(size) if seen else None
                 d["dealt"] = deal(d["counts"], d["outer"], table)
             for norm in (4.0, 40.0):
                 x, r = fit(rows, norm)
