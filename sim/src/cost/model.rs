@@ -75,7 +75,8 @@ mod ix {
     pub const MOE_COLD_WALK: usize = 51;
     pub const MOE_WALK_MISS_ELEM: usize = 52;
     pub const MOE_SM_SHARE_NORM: usize = 53;
-    pub const COUNT: usize = 54;
+    pub const MOE_DEAL_RANDOM_SHARE: usize = 54;
+    pub const COUNT: usize = 55;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -400,8 +401,68 @@ fn l1_miss_share(tokens: f64, inner: f64) -> f64 {
 /// experts, +9 % at 32 on the per-op suite, docs/timing-history.md); with a norm p, each SM's time is
 /// (walk^p + rows^p)^(1/p), and the slowest SM's sets the GEMM's: the H100 ran two equally
 /// loaded CTAs on one SM 1.3x as long as one, where the larger bound said 1.03x
-/// (`moe_kernels.cu`, docs/timing-history.md).
+/// (`moe_kernels.cu`, docs/timing-history.md). With `moe_deal_random_share` s > 0 the time is
+/// (1 - s) x the launch-order dealing's plus s x the mean over [`DEAL_DRAWS`] balanced random
+/// dealings' (see [`random_deals`]).
 fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
+    let share = p[ix::MOE_DEAL_RANDOM_SHARE].clamp(0.0, 1.0);
+    if share == 0.0 {
+        return gemm_walk_dealt(p, loads, inner, outer, None);
+    }
+    let ctas = loads.len() * (outer / 64) as usize;
+    let mut t = Lin::zero();
+    random_deals(ctas, |sms| t.add(&gemm_walk_dealt(p, loads, inner, outer, Some(sms))));
+    let mut t = t.scaled(share / DEAL_DRAWS as f64);
+    if share < 1.0 {
+        t.add(&gemm_walk_dealt(p, loads, inner, outer, None).scaled(1.0 - share));
+    }
+    t
+}
+
+/// Balanced random dealings of a grid priced per MoE GEMM (`moe_deal_random_share`).
+const DEAL_DRAWS: u64 = 16;
+
+thread_local! {
+    /// Per grid size, the [`DEAL_DRAWS`] dealings' SM of every CTA (draws are fixed, so the
+    /// cache only saves drawing them again).
+    static DEALS: std::cell::RefCell<std::collections::BTreeMap<usize, Vec<u8>>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+}
+
+/// Calls `each` with the SM of every CTA of a grid of `ctas`, for each of [`DEAL_DRAWS`]
+/// dealings: a permutation of the CTAs (Fisher-Yates driven by SplitMix64, seeded by the grid
+/// size and the draw, so the same grid always gets the same dealings), CTA i on SM
+/// `perm[i] mod 132`: every SM holds floor or ceil of ctas / 132 of them, as the H100 deals.
+fn random_deals(ctas: usize, mut each: impl FnMut(&[u8])) {
+    DEALS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let sms = cache.entry(ctas).or_insert_with(|| {
+            let mut out = Vec::with_capacity(ctas * DEAL_DRAWS as usize);
+            let mut perm: Vec<usize> = Vec::with_capacity(ctas);
+            for draw in 0..DEAL_DRAWS {
+                perm.clear();
+                perm.extend(0..ctas);
+                let mut state = (ctas as u64) << 32 | draw;
+                for i in (1..ctas).rev() {
+                    state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut z = state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    z ^= z >> 31;
+                    perm.swap(i, (z % (i as u64 + 1)) as usize);
+                }
+                out.extend(perm.iter().map(|&c| (c % MOE_SMS) as u8));
+            }
+            out
+        });
+        for draw in sms.chunks(ctas.max(1)) {
+            each(draw);
+        }
+    });
+}
+
+/// [`gemm_walk`] for one dealing: CTA i on SM `sms[i]`, or on `i mod 132` (launch order).
+fn gemm_walk_dealt(p: &[f64], loads: &[f64], inner: f64, outer: u32, sms: Option<&[u8]>) -> Lin {
     const ROWS_PER_WARP: f64 = 16.0;
     const ROWS_PER_CTA: f64 = 64.0;
     let mut per_sm = [0.0f64; MOE_SMS];
@@ -409,23 +470,31 @@ fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     let experts = loads.len();
     for y in 0..(outer / 64) as usize {
         for (e, &n) in loads.iter().enumerate() {
-            let sm = (e + experts * y) % MOE_SMS;
+            let i = e + experts * y;
+            let sm = sms.map_or(i % MOE_SMS, |s| usize::from(s[i]));
             per_sm[sm] += ROWS_PER_CTA * n;
             heaviest[sm] = heaviest[sm].max(n);
         }
     }
-    let walk = |n: f64| {
+    // Each bound as its (parameter, units) terms, so the SMs' values need no `Lin`.
+    let walk_terms = |n: f64| {
         let chain = ROWS_PER_WARP * n;
-        let mut l = Lin::term(p, ix::MOE_WARP_ELEM, chain * inner);
-        l.add_term(p, ix::MOE_WARP_ROW, chain);
-        l.add_term(p, ix::MOE_WALK_MISS_ELEM, chain * inner * l1_miss_share(n, inner));
+        [
+            (ix::MOE_WARP_ELEM, chain * inner),
+            (ix::MOE_WARP_ROW, chain),
+            (ix::MOE_WALK_MISS_ELEM, chain * inner * l1_miss_share(n, inner)),
+        ]
+    };
+    let rows_terms = |dots: f64| [(ix::MOE_SM_ELEM, dots * inner), (ix::MOE_SM_ROW, dots)];
+    // The same sums, in the same order, as `Lin::term` then `add_term` make.
+    let value = |terms: &[(usize, f64)]| terms.iter().fold(0.0, |v, &(i, u)| v + u * p[i]);
+    let lin = |terms: &[(usize, f64)]| {
+        let mut l = Lin::zero();
+        terms.iter().for_each(|&(i, u)| l.add_term(p, i, u));
         l
     };
-    let rows = |dots: f64| {
-        let mut l = Lin::term(p, ix::MOE_SM_ELEM, dots * inner);
-        l.add_term(p, ix::MOE_SM_ROW, dots);
-        l
-    };
+    let walk = |n: f64| lin(&walk_terms(n));
+    let rows = |dots: f64| lin(&rows_terms(dots));
     let norm = p[ix::MOE_SM_SHARE_NORM];
     if norm <= 0.0 {
         let busiest = per_sm.iter().copied().fold(0.0, f64::max);
@@ -436,7 +505,7 @@ fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     // degree 1, so walk x dT/dwalk + rows x dT/drows is the time, with the right gradients.
     let times: Vec<f64> = (0..MOE_SMS)
         .map(|sm| {
-            let (w, r) = (walk(heaviest[sm]).value, rows(per_sm[sm]).value);
+            let (w, r) = (value(&walk_terms(heaviest[sm])), value(&rows_terms(per_sm[sm])));
             (w.powf(norm) + r.powf(norm)).powf(1.0 / norm)
         })
         .collect();
@@ -619,6 +688,7 @@ mod tests {
             (ix::MOE_COLD_WALK, "moe_cold_walk_ns"),
             (ix::MOE_WALK_MISS_ELEM, "moe_walk_miss_elem_ns"),
             (ix::MOE_SM_SHARE_NORM, "moe_sm_share_norm"),
+            (ix::MOE_DEAL_RANDOM_SHARE, "moe_deal_random_share"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -906,6 +976,53 @@ mod tests {
         // experts 0 and 132, each 64 rows x 5 tokens.
         let wide = gemm_walk(&p, &[5.0; 140], 1024.0, 64);
         assert!((wide.value - 640.0).abs() < 1e-9);
+    }
+
+    /// Every random dealing is balanced (each SM floor or ceil of ctas / 132 CTAs), the same
+    /// grid always gets the same dealings, and different draws differ.
+    #[test]
+    fn random_dealings_are_balanced_fixed_and_distinct() {
+        for ctas in [1usize, 131, 132, 133, 320, 1280] {
+            let mut draws: Vec<Vec<u8>> = Vec::new();
+            random_deals(ctas, |sms| draws.push(sms.to_vec()));
+            assert_eq!(draws.len(), DEAL_DRAWS as usize);
+            for sms in &draws {
+                assert_eq!(sms.len(), ctas);
+                let mut per_sm = [0usize; MOE_SMS];
+                sms.iter().for_each(|&s| per_sm[usize::from(s)] += 1);
+                let (lo, hi) = (ctas / MOE_SMS, ctas.div_ceil(MOE_SMS));
+                assert!(per_sm.iter().all(|&c| c == lo || c == hi), "{ctas}: {per_sm:?}");
+            }
+            let mut again: Vec<Vec<u8>> = Vec::new();
+            random_deals(ctas, |sms| again.push(sms.to_vec()));
+            assert_eq!(draws, again);
+            if ctas > 132 {
+                assert_ne!(draws[0], draws[1]);
+            }
+        }
+    }
+
+    /// Launch order stacks a loaded expert's CTAs on one SM when the expert count divides 132
+    /// twice over the grid (66 experts, 4 rows of CTAs: CTAs 0 and 132 on SM 0); random dealings
+    /// mostly part them, and a share prices the mix of the two.
+    #[test]
+    fn a_random_dealing_share_mixes_launch_order_and_random_placements() {
+        let mut p = Params::h200().to_vec();
+        p[ix::MOE_SM_ROW] = 1.0;
+        let mut loads = vec![0.0; 66];
+        loads[0] = 5.0;
+        let launch = gemm_walk(&p, &loads, 1024.0, 256);
+        assert!(
+            (launch.value - 640.0).abs() < 1e-9,
+            "two CTAs of 64 x 5 row-dots on SM 0"
+        );
+        p[ix::MOE_DEAL_RANDOM_SHARE] = 1.0;
+        let random = gemm_walk(&p, &loads, 1024.0, 256);
+        assert!(random.value >= 320.0 && random.value < 640.0, "{}", random.value);
+        p[ix::MOE_DEAL_RANDOM_SHARE] = 0.25;
+        let mixed = gemm_walk(&p, &loads, 1024.0, 256);
+        assert!((mixed.value - (0.75 * 640.0 + 0.25 * random.value)).abs() < 1e-9);
+        assert!((mixed.eval(&p) - mixed.value).abs() < 1e-9);
     }
 
     /// The walk is dearer per element where one CTA's token rows (tokens x inner x 4 bytes)

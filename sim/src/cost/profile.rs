@@ -205,6 +205,13 @@ params! {
     /// not fitted. Two equally loaded CTAs on one SM ran 1.3x as long as one on the H100, 3 of
     /// them 1.6x, 6 of them 3.1x (`moe_kernels.cu`), which p near 3-4 follows.
     moe_sm_share_norm = 0.0,
+    /// MoE expert GEMMs: the share of the grid's dealing to SMs priced as a balanced random
+    /// placement (the mean over 16 fixed draws), the rest in launch order mod 132; 0 is launch
+    /// order alone (as files without it did). Not a rate: set, not fitted. The H100 spreads a
+    /// grid's CTAs evenly (the busiest SM holds ceil(N / 132)), and CTAs 132 apart share an SM
+    /// for a part of the grid only: of the CTA pairs the `place` probes saw share an SM, 39 % are
+    /// pairs launch order mod 132 puts together (`moe_kernels.cu`, docs/timing-history.md).
+    moe_deal_random_share = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -344,7 +351,8 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 /// update's per-token term, with which such a file predicts as it did, the per-op event gap:
 /// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
 /// the tensor-core decode's spill term above a head dim of 128, the K/V kernels' split
-/// combine, the MoE GEMMs' walk and SM terms, the block kernels' walks, and the MoE walk's cold share).
+/// combine, the MoE GEMMs' walk and SM terms, the block kernels' walks, the MoE walk's cold share,
+/// and the MoE GEMMs' random dealing).
 pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "state_token_ns",
     "op_event_gap_ns",
@@ -364,11 +372,12 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "moe_cold_walk_ns",
     "moe_walk_miss_elem_ns",
     "moe_sm_share_norm",
+    "moe_deal_random_share",
 ];
 
 /// Parameters that are settings, not rates: no time is linear in them, so calibration never
 /// moves them (`--fit` naming one is an input error; without `--fit` they keep the start's).
-pub const NOT_FITTED_PARAMS: &[&str] = &["moe_sm_share_norm"];
+pub const NOT_FITTED_PARAMS: &[&str] = &["moe_sm_share_norm", "moe_deal_random_share"];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
