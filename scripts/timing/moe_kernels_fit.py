@@ -7,7 +7,11 @@ rows, the L1 miss) and its rows are all its CTAs' 64 x tokens row-dots. CTAs are
 either in launch order mod 132 (the cost model's rule) or where the `place` rows of the same run
 saw them land (only for the grid sizes probed). Prints the fitted values and the MAPE by pattern.
 With DEAL (the `deal` rows of another run: one-dimensional grids of 1-1 600 CTAs), the grid sizes
-probed are fitted a third way, with CTAs where that run's grid of the same size put them.
+probed are fitted a third way, with CTAs where that run's grid of the same size put them. Every
+grid is also fitted with the cost model's `moe_deal_random_share` 0.6 (60 % the mean over 16
+balanced random dealings, 40 % launch order; the draws are not the model's own, the form is),
+and the script prints how many of the CTA pairs the `place` rows saw share an SM launch order
+mod 132 puts together (the share behind 0.6).
 
     moe_kernels_fit.py RUN.csv [DEAL.csv]        (needs numpy and scipy; either may be .xz)
 """
@@ -65,6 +69,24 @@ def deal(counts, outer, table=None):
     return total, largest
 
 
+RANDOM_SHARE, DRAWS = 0.6, 16
+
+
+def deal_mixed(counts, outer):
+    """The launch-order dealing and DRAWS balanced random ones (a permutation's position mod
+    132), stacked: row 0 launch order, rows 1.. the draws."""
+    experts = len(counts)
+    n = experts * (outer // 64)
+    load = np.array([counts[i % experts] for i in range(n)])
+    rng = np.random.default_rng(n)
+    total, largest = np.zeros((DRAWS + 1, SMS)), np.zeros((DRAWS + 1, SMS))
+    for j in range(DRAWS + 1):
+        sm = np.arange(n) % SMS if j == 0 else rng.permutation(n) % SMS
+        np.add.at(total[j], sm, load)
+        np.maximum.at(largest[j], sm, load)
+    return total, largest
+
+
 def predict(x, d, norm):
     fixed, per_cta, walk_hit, walk_miss, lo, hi, row = np.abs(x)
     total, largest = d["dealt"]
@@ -73,7 +95,28 @@ def predict(x, d, norm):
     walk = 16 * largest * d["inner"] * (walk_hit + (walk_miss - walk_hit) * miss) / 1000
     rows = 64 * total * d["inner"] * row / 1000
     grid = d["E"] * d["outer"] / 64
-    return fixed + per_cta * grid / SMS + ((walk ** norm + rows ** norm) ** (1 / norm)).max()
+    slowest = ((walk ** norm + rows ** norm) ** (1 / norm)).max(axis=-1)
+    if slowest.ndim:  # the mixed dealing: launch order, then the draws
+        slowest = (1 - RANDOM_SHARE) * slowest[0] + RANDOM_SHARE * slowest[1:].mean()
+    return fixed + per_cta * grid / SMS + slowest
+
+
+def shared_pairs(sms):
+    """Pairs of CTAs (i, j) on the same SM."""
+    by = defaultdict(list)
+    for i, sm in enumerate(sms):
+        by[sm].append(i)
+    return {(a, b) for v in by.values() for k, a in enumerate(v) for b in v[k + 1:]}
+
+
+def launch_order_share(tables):
+    """Of the CTA pairs the `place` rows saw share an SM, those launch order mod 132 pairs too."""
+    seen = together = 0
+    for n, sms in sorted(tables.items()):
+        pairs = shared_pairs(sms)
+        seen += len(pairs)
+        together += len(pairs & shared_pairs([i % SMS for i in range(n)]))
+    return together, seen
 
 
 def fit(rows, norm):
@@ -86,17 +129,22 @@ def fit(rows, norm):
 def main(path, deal_path=None):
     times, tables = read(path)
     probed = read_deal(deal_path) if deal_path else None
-    dealings = ["launch order mod 132", "placements seen"] + (["deal rows, same size"] if probed else [])
+    together, seen = launch_order_share(tables)
+    print(f"CTA pairs the place rows saw share an SM: {seen}, of them launch order mod 132 pairs "
+          f"{together} ({100 * together / max(seen, 1):.0f} %)")
+    every = ["launch order mod 132", "mixed (random share 0.6)"]
+    dealings = every + ["placements seen", "mixed, sizes probed"] + (["deal rows, same size"] if probed else [])
     for kernel in ("up", "down"):
         for dealing in dealings:
             rows = [d for d in times if d["kernel"] == kernel]
-            if dealing != "launch order mod 132":
+            if dealing not in every:
                 rows = [d for d in rows if d["E"] * d["outer"] // 64 in tables]
             for d in rows:
                 size = d["E"] * d["outer"] // 64
                 seen = {"placements seen": tables, "deal rows, same size": probed}.get(dealing)
                 table = seen.get(size) if seen else None
-                d["dealt"] = deal(d["counts"], d["outer"], table)
+                mixed = dealing.startswith("mixed")
+                d["dealt"] = deal_mixed(d["counts"], d["outer"]) if mixed else deal(d["counts"], d["outer"], table)
             for norm in (4.0, 40.0):
                 x, r = fit(rows, norm)
                 by = defaultdict(list)

@@ -1,6 +1,6 @@
 //! A committed profile is reproducible from committed measurements (issue 21, docs/timing-history.md
 //! "One session's corpus"): `h100-c1` and `h100-c2` were fitted on the GPU results packed in
-//! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3` and `h100-c4` on those and the
+//! `docs/timing/data/h100-2026-12-06.tar.xz`, `h100-c3`, `h100-c4` and `h100-c5` on those and the
 //! calibration layouts drawn at random in `h100-2026-12-06-t17.tar.xz`, and each one's provenance (files, start
 //! profile, fitted parameters, step balance, prior) is enough to fit it again, parameter for
 //! parameter.
@@ -41,6 +41,13 @@ fn h100_c3_refits_from_its_committed_measurements() {
 #[test]
 fn h100_c4_refits_from_its_committed_measurements() {
     refits("h100-c4", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
+}
+
+/// `h100-c4`'s recipe with the MoE GEMMs' dealing 60 % balanced random (`moe_deal_random_share`
+/// in its start).
+#[test]
+fn h100_c5_refits_from_its_committed_measurements() {
+    refits("h100-c5", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
 /// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
