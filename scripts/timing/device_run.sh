@@ -28,6 +28,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 # again, c- and kN- one session's corpus (the suite plain, the calibration plans, blind set N again;
 # docs/timing-history.md, "One session's corpus"), tN- calibration layouts drawn at random (trainN-*),
 # g- the H200 corpus (the suite plain, the calibration plans, train1 and train2, one timed run each).
+# Suffixes: .ops per-op timing, .once one timed run (a blind set measured where device time is short).
 RUNS="
 selfcheck|-|-|-
 ink-a.ops|inkling-a.native|--time-ops|3
@@ -127,6 +128,18 @@ s20-chain|blind20-chain.chain||3
 s19-chain.ops|blind19-chain.chain|--time-ops|2
 s20-swa.ops|blind20-swa.native|--time-ops|2
 s20-chain.ops|blind20-chain.chain|--time-ops|2
+s19-swa.once|blind19-swa.native||1
+s19-mamba.once|blind19-mamba.native||1
+s19-chain.once|blind19-chain.chain||1
+s20-swa.once|blind20-swa.native||1
+s20-mamba.once|blind20-mamba.native||1
+s20-chain.once|blind20-chain.chain||1
+s21-swa|blind21-swa.native||3
+s21-mamba|blind21-mamba.native||3
+s21-chain|blind21-chain.chain||3
+s22-swa|blind22-swa.native||3
+s22-mamba|blind22-mamba.native||3
+s22-chain|blind22-chain.chain||3
 t1-swa|train1-swa.native||2
 t1-mamba|train1-mamba.native||2
 t1-chain|train1-chain.chain||2

@@ -10,7 +10,7 @@ measured to be fitted on, never predicted blind (ORDINAL and PROFILE_NOTE then s
 
 Experts are drawn from 12, 16, ... MAX_EXPERTS (default 80). blind14 and blind15 (their files,
 byte for byte), blind16, drawn with few experts to test the MoE walk's cold share, the calibration
-layouts of h100-c3 and the two sets it predicted first:
+layouts of h100-c3 and the sets drawn since:
 
     draw_blind.py 14 20261414 20261242 fourteenth "h100-c1, unchanged"
     draw_blind.py 15 20261515 20261245 fifteenth "h100-c2"
@@ -19,6 +19,10 @@ layouts of h100-c3 and the two sets it predicted first:
     draw_blind.py train2 20261702 20261263 second "h100-c3, with the corpus" 24
     draw_blind.py 17 20261717 20261266 seventeenth "h100-c3 and h100-c2"
     draw_blind.py 18 20261818 20261269 eighteenth "h100-c3 and h100-c2" 24
+    draw_blind.py 19 20261919 20261272 nineteenth "h100-c4 and h100-c3"
+    draw_blind.py 20 20262020 20261275 twentieth "h100-c4 and h100-c3" 24
+    draw_blind.py 21 20262121 20261278 twenty-first "h100-c5 and h100-c4"
+    draw_blind.py 22 20262222 20261281 twenty-second "h100-c5 and h100-c4" 24
 """
 import json
 import random
