@@ -119,33 +119,53 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
 /// again gives the committed comparison, number for number.
 #[test]
 fn blind19_and_blind20_comparisons_reproduce_from_committed_predictions_and_runs() {
-    for (set, archive) in [(19, "blind19-2026-12-07.tar.xz"), (20, "blind20-2026-12-07.tar.xz")] {
-        let dir = unpacked(&format!("kvsim-blind{set}"), &[archive]);
-        let docs = repo_root().join(format!("docs/timing/blind{set}"));
-        for (profile, committed) in [
+    for set in [19, 20] {
+        let profiles = [
             ("h100-c4", format!("blind{set}-compare.json")),
             ("h100-c3", format!("blind{set}-compare.h100-c3.json")),
-        ] {
-            let mut args: Vec<String> = vec!["compare".into()];
-            for layout in ["swa", "mamba", "chain"] {
-                args.push(
-                    docs.join(format!("blind{set}-{layout}.{profile}.pred.json"))
-                        .display()
-                        .to_string(),
-                );
-                args.push(
-                    dir.join(format!("s{set}/s{set}-{layout}.gpu.json"))
-                        .display()
-                        .to_string(),
-                );
-            }
-            let out = dir.join(format!("{profile}.compare.json"));
-            args.extend(["--out".into(), out.display().to_string()]);
-            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-            // The committed comparisons were written without --max-mape: 0 whatever the error.
-            assert_eq!(kvsim(&argv).unwrap(), 0);
-            assert_eq!(read(&out), read(&docs.join(&committed)), "blind{set}, {profile}");
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
+        ];
+        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
     }
+}
+
+/// The same for blind21 and blind22 (docs/timing-history.md, "The MoE GEMMs' dealing partly
+/// random"): predicted by `h100-c5` and `h100-c4` before their measurement.
+#[test]
+fn blind21_and_blind22_comparisons_reproduce_from_committed_predictions_and_runs() {
+    for set in [21, 22] {
+        let profiles = [
+            ("h100-c5", format!("blind{set}-compare.json")),
+            ("h100-c4", format!("blind{set}-compare.h100-c4.json")),
+        ];
+        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
+    }
+}
+
+/// `kvsim compare` of blind set `set`'s committed predictions by each profile and its archived
+/// runs writes the committed comparison, byte for byte as JSON.
+fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
+    let dir = unpacked(&format!("kvsim-blind{set}"), &[archive]);
+    let docs = repo_root().join(format!("docs/timing/blind{set}"));
+    for (profile, committed) in profiles {
+        let mut args: Vec<String> = vec!["compare".into()];
+        for layout in ["swa", "mamba", "chain"] {
+            args.push(
+                docs.join(format!("blind{set}-{layout}.{profile}.pred.json"))
+                    .display()
+                    .to_string(),
+            );
+            args.push(
+                dir.join(format!("s{set}/s{set}-{layout}.gpu.json"))
+                    .display()
+                    .to_string(),
+            );
+        }
+        let out = dir.join(format!("{profile}.compare.json"));
+        args.extend(["--out".into(), out.display().to_string()]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The committed comparisons were written without --max-mape: 0 whatever the error.
+        assert_eq!(kvsim(&argv).unwrap(), 0);
+        assert_eq!(read(&out), read(&docs.join(committed)), "blind{set}, {profile}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
