@@ -141,8 +141,8 @@ def main(path, deal_path=None):
                 rows = [d for d in rows if d["E"] * d["outer"] // 64 in tables]
             for d in rows:
                 size = d["E"] * d["outer"] // 64
-                seen = {"placements seen": tables, "deal rows, same size": probed}.get(dealing)
-                table = seen.get(size) if seen else None
+                placed = {"placements seen": tables, "deal rows, same size": probed}.get(dealing)
+                table = placed.get(size) if placed else None
                 mixed = dealing.startswith("mixed")
                 d["dealt"] = deal_mixed(d["counts"], d["outer"]) if mixed else deal(d["counts"], d["outer"], table)
             for norm in (4.0, 40.0):
