@@ -140,6 +140,12 @@ s21-chain|blind21-chain.chain||3
 s22-swa|blind22-swa.native||3
 s22-mamba|blind22-mamba.native||3
 s22-chain|blind22-chain.chain||3
+s23-swa|blind23-swa.native||3
+s23-mamba|blind23-mamba.native||3
+s23-chain|blind23-chain.chain||3
+s24-swa|blind24-swa.native||3
+s24-mamba|blind24-mamba.native||3
+s24-chain|blind24-chain.chain||3
 t1-swa|train1-swa.native||2
 t1-mamba|train1-mamba.native||2
 t1-chain|train1-chain.chain||2

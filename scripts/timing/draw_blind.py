@@ -23,6 +23,8 @@ layouts of h100-c3 and the sets drawn since:
     draw_blind.py 20 20262020 20261275 twentieth "h100-c4 and h100-c3" 24
     draw_blind.py 21 20262121 20261278 twenty-first "h100-c5 and h100-c4"
     draw_blind.py 22 20262222 20261281 twenty-second "h100-c5 and h100-c4" 24
+    draw_blind.py 23 20262323 20261284 twenty-third "h100-c5 and h100-c4"
+    draw_blind.py 24 20262424 20261287 twenty-fourth "h100-c5 and h100-c4" 24
 """
 import json
 import random
