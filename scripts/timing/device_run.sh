@@ -231,6 +231,14 @@ g-t1-chain|train1-chain.chain||1
 g-t2-swa|train2-swa.native||1
 g-t2-mamba|train2-mamba.native||1
 g-t2-chain|train2-chain.chain||1
+s23-swa.once|blind23-swa.native||1
+s23-mamba.once|blind23-mamba.native||1
+s23-chain.once|blind23-chain.chain||1
+s24-swa.once|blind24-swa.native||1
+s24-mamba.once|blind24-mamba.native||1
+s24-chain.once|blind24-chain.chain||1
+r23-swa.ops|blind23-swa.native|--time-ops|2
+r24-swa.ops|blind24-swa.native|--time-ops|2
 "
 
 want=" $* "

@@ -141,6 +141,19 @@ fn blind21_and_blind22_comparisons_reproduce_from_committed_predictions_and_runs
     }
 }
 
+/// The same for blind23 and blind24 (docs/timing-history.md, "blind23 and blind24"): predicted
+/// by `h100-c5` and `h100-c4` before their measurement.
+#[test]
+fn blind23_and_blind24_comparisons_reproduce_from_committed_predictions_and_runs() {
+    for set in [23, 24] {
+        let profiles = [
+            ("h100-c5", format!("blind{set}-compare.json")),
+            ("h100-c4", format!("blind{set}-compare.h100-c4.json")),
+        ];
+        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
+    }
+}
+
 /// `kvsim compare` of blind set `set`'s committed predictions by each profile and its archived
 /// runs writes the committed comparison, byte for byte as JSON.
 fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
