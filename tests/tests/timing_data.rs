@@ -51,6 +51,13 @@ fn h100_c5_refits_from_its_committed_measurements() {
 }
 
 /// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
+/// The H200 protocol's recipe rehearsed on the H100's runs of the same 21 plans
+/// (`scripts/timing/h200_rehearsal.sh`; docs/timing-history.md, "blind23 and blind24").
+#[test]
+fn h100_g21_refits_from_its_committed_measurements() {
+    refits("h100-g21", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 21);
+}
+
 fn unpacked(label: &str, archives: &[&str]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -82,7 +89,7 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
     assert_eq!(
         files.len(),
         runs,
-        "the suite, the calibration plans, blind2-blind10 and blind11 (and from h100-c3 on t17/)"
+        "the suite, the calibration plans, blind2-blind10 and blind11 (and from h100-c3 on t17/); h100-g21 the H200 protocol's 21"
     );
     let fit: Vec<&str> = prov["fitted_params"]
         .as_array()
