@@ -239,6 +239,12 @@ s24-mamba.once|blind24-mamba.native||1
 s24-chain.once|blind24-chain.chain||1
 r23-swa.ops|blind23-swa.native|--time-ops|2
 r24-swa.ops|blind24-swa.native|--time-ops|2
+s25-swa|blind25-swa.native||3
+s25-mamba|blind25-mamba.native||3
+s25-chain|blind25-chain.chain||3
+s26-swa|blind26-swa.native||3
+s26-mamba|blind26-mamba.native||3
+s26-chain|blind26-chain.chain||3
 "
 
 want=" $* "
