@@ -161,6 +161,19 @@ fn blind23_and_blind24_comparisons_reproduce_from_committed_predictions_and_runs
     }
 }
 
+/// The same for blind25 and blind26 (docs/timing-history.md, "blind25 and blind26"): predicted
+/// by `h100-c5` and by `h100-g21`, the H200 protocol's recipe on the H100, before their measurement.
+#[test]
+fn blind25_and_blind26_comparisons_reproduce_from_committed_predictions_and_runs() {
+    for set in [25, 26] {
+        let profiles = [
+            ("h100-c5", format!("blind{set}-compare.json")),
+            ("h100-g21", format!("blind{set}-compare.h100-g21.json")),
+        ];
+        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
+    }
+}
+
 /// `kvsim compare` of blind set `set`'s committed predictions by each profile and its archived
 /// runs writes the committed comparison, byte for byte as JSON.
 fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
