@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's H200 protocol rehearsed on the H100 (docs/timing-history.md, "blind23 and blind24
+# Issue 21's H200 protocol rehearsed on the H100 (docs/timing-history.md, "blind23-blind26
 # predicted, then measured"): `h200_fit.sh`'s recipe fitted on the H100's committed runs of the
 # same 21 plans as the protocol's `g-*` rows (the suite plain, the three calibration plans, train1
 # and train2; in docs/timing/data/h100-2026-12-06.tar.xz and h100-2026-12-06-t17.tar.xz) gives

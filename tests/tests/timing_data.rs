@@ -50,14 +50,14 @@ fn h100_c5_refits_from_its_committed_measurements() {
     refits("h100-c5", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
-/// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
 /// The H200 protocol's recipe rehearsed on the H100's runs of the same 21 plans
-/// (`scripts/timing/h200_rehearsal.sh`; docs/timing-history.md, "blind23 and blind24").
+/// (`scripts/timing/h200_rehearsal.sh`; docs/timing-history.md, "blind23-blind26 predicted").
 #[test]
 fn h100_g21_refits_from_its_committed_measurements() {
     refits("h100-g21", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 21);
 }
 
+/// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
 fn unpacked(label: &str, archives: &[&str]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -148,7 +148,7 @@ fn blind21_and_blind22_comparisons_reproduce_from_committed_predictions_and_runs
     }
 }
 
-/// The same for blind23 and blind24 (docs/timing-history.md, "blind23 and blind24"): predicted
+/// The same for blind23 and blind24 (docs/timing-history.md, "blind23-blind26 predicted"): predicted
 /// by `h100-c5` and `h100-c4` before their measurement.
 #[test]
 fn blind23_and_blind24_comparisons_reproduce_from_committed_predictions_and_runs() {
@@ -161,7 +161,7 @@ fn blind23_and_blind24_comparisons_reproduce_from_committed_predictions_and_runs
     }
 }
 
-/// The same for blind25 and blind26 (docs/timing-history.md, "blind25 and blind26"): predicted
+/// The same for blind25 and blind26 (docs/timing-history.md, "blind23-blind26 predicted"): predicted
 /// by `h100-c5` and by `h100-g21`, the H200 protocol's recipe on the H100, before their measurement.
 #[test]
 fn blind25_and_blind26_comparisons_reproduce_from_committed_predictions_and_runs() {
