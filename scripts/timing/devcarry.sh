@@ -8,7 +8,7 @@
 # with the strategy its name ends in.
 #
 # usage: devcarry.sh [ROW ...]        e.g. devcarry.sh $(grep -o '^g-[^|]*' scripts/timing/device_run.sh)
-# needs: cargo build --release -p kvsim -p kvsim-gpu --example kvsim-gpu-bench (and cargo build --release)
+# needs: cargo build --release -p kvsim; cargo build --release -p kvsim-gpu --example kvsim-gpu-bench
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
