@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21's H200 protocol, the CPU half (docs/timing-history.md, "No machine, an H200 protocol
 # fixed before its data"): fits `h200-c5` on the calibration runs `g-*` with `h100-c5`'s recipe
-# (start docs/timing/h100-deal6-start.json, `--balance-steps`, prior 0.01, `h100-c5`'s fitted
-# parameters), then predicts blind19-blind24 with it, the predictions to be committed before the
+# (c5_recipe.sh), then predicts blind19-blind24 with it, the predictions to be committed before the
 # sealed H200 runs of those sets are opened.
 #
 # usage: h200_fit.sh RESULTS_DIR [PROFILE_OUT] [PREDICTIONS_ROOT]   (paths from the repository root,
@@ -23,10 +22,7 @@ runs=("$results"/g-*.gpu.json)
 [ -f "${runs[0]}" ] || { echo "h200_fit.sh: no g-*.gpu.json in $results" >&2; exit 2; }
 echo "fitting $name on ${#runs[@]} runs" >&2
 mkdir -p "$(dirname "$out")"
-fit=$(python3 -c "import json,sys; print(','.join(json.load(open(sys.argv[1]))['provenance']['fitted_params']))" \
-  docs/timing/h100-c5.json)
-"$kvsim" calibrate "${runs[@]}" --start docs/timing/h100-deal6-start.json --balance-steps \
-  --prior 0.01 --fit "$fit" --name "$name" --out "$out"
+KVSIM=$kvsim bash scripts/timing/c5_recipe.sh "$name" "$out" "${runs[@]}"
 plans=$(mktemp -d)
 trap 'rm -rf "$plans"' EXIT
 for s in 19 20 21 22 23 24; do

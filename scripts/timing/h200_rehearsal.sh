@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 21's H200 protocol rehearsed on the H100 (docs/timing-history.md, "blind23-blind26
-# predicted, then measured"): `h200_fit.sh`'s recipe fitted on the H100's committed runs of the
-# same 21 plans as the protocol's `g-*` rows (the suite plain, the three calibration plans, train1
-# and train2; in docs/timing/data/h100-2026-12-06.tar.xz and h100-2026-12-06-t17.tar.xz) gives
+# predicted, then measured"): `h200_fit.sh`'s recipe (c5_recipe.sh) fitted on the H100's
+# committed runs of the same 21 plans as the protocol's `g-*` rows (the suite plain, the three
+# calibration plans, train1 and train2; in docs/timing/data/h100-2026-12-06.tar.xz and h100-2026-12-06-t17.tar.xz) gives
 # docs/timing/h100-g21.json; it then predicts blind19-blind24 (none of them in the fit) and
 # compares with their committed H100 runs: docs/timing/rehearsal/blindN-compare.h100-g21.{json,txt}.
 #
@@ -28,10 +28,7 @@ for p in $(grep -o '^g-[^|]*' "$root/scripts/timing/device_run.sh"); do   # the 
     *) runs+=("corpus/c-${p#g-}.gpu.json") ;;
   esac
 done
-fit=$(python3 -c "import json,sys; print(','.join(json.load(open(sys.argv[1]))['provenance']['fitted_params']))" \
-  docs/timing/h100-c5.json)
-"$kvsim" calibrate "${runs[@]}" --start docs/timing/h100-deal6-start.json --balance-steps --prior 0.01 \
-  --fit "$fit" --name h100-g21 --out "$root/docs/timing/h100-g21.json"
+KVSIM=$kvsim bash "$root/scripts/timing/c5_recipe.sh" h100-g21 "$root/docs/timing/h100-g21.json" "${runs[@]}"
 mkdir -p plans pred "$root/docs/timing/rehearsal"
 for s in 19 20 21 22 23 24; do
   args=()

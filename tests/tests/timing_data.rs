@@ -126,49 +126,37 @@ fn refits(name: &str, archives: &[&str], runs: usize) {
 /// again gives the committed comparison, number for number.
 #[test]
 fn blind19_and_blind20_comparisons_reproduce_from_committed_predictions_and_runs() {
-    for set in [19, 20] {
-        let profiles = [
-            ("h100-c4", format!("blind{set}-compare.json")),
-            ("h100-c3", format!("blind{set}-compare.h100-c3.json")),
-        ];
-        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
-    }
+    blind_sets_reproduce([19, 20], "h100-c4", "h100-c3");
 }
 
 /// The same for blind21 and blind22 (docs/timing-history.md, "The MoE GEMMs' dealing partly
 /// random"): predicted by `h100-c5` and `h100-c4` before their measurement.
 #[test]
 fn blind21_and_blind22_comparisons_reproduce_from_committed_predictions_and_runs() {
-    for set in [21, 22] {
-        let profiles = [
-            ("h100-c5", format!("blind{set}-compare.json")),
-            ("h100-c4", format!("blind{set}-compare.h100-c4.json")),
-        ];
-        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
-    }
+    blind_sets_reproduce([21, 22], "h100-c5", "h100-c4");
 }
 
 /// The same for blind23 and blind24 (docs/timing-history.md, "blind23-blind26 predicted"): predicted
 /// by `h100-c5` and `h100-c4` before their measurement.
 #[test]
 fn blind23_and_blind24_comparisons_reproduce_from_committed_predictions_and_runs() {
-    for set in [23, 24] {
-        let profiles = [
-            ("h100-c5", format!("blind{set}-compare.json")),
-            ("h100-c4", format!("blind{set}-compare.h100-c4.json")),
-        ];
-        comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
-    }
+    blind_sets_reproduce([23, 24], "h100-c5", "h100-c4");
 }
 
 /// The same for blind25 and blind26 (docs/timing-history.md, "blind23-blind26 predicted"): predicted
 /// by `h100-c5` and by `h100-g21`, the H200 protocol's recipe on the H100, before their measurement.
 #[test]
 fn blind25_and_blind26_comparisons_reproduce_from_committed_predictions_and_runs() {
-    for set in [25, 26] {
+    blind_sets_reproduce([25, 26], "h100-c5", "h100-g21");
+}
+
+/// Each of `sets` compared again under `main` (its committed `blindN-compare.json`) and under
+/// `also` (`blindN-compare.ALSO.json`).
+fn blind_sets_reproduce(sets: [u32; 2], main: &str, also: &str) {
+    for set in sets {
         let profiles = [
-            ("h100-c5", format!("blind{set}-compare.json")),
-            ("h100-g21", format!("blind{set}-compare.h100-g21.json")),
+            (main, format!("blind{set}-compare.json")),
+            (also, format!("blind{set}-compare.{also}.json")),
         ];
         comparisons_reproduce(set, &format!("blind{set}-2026-12-07.tar.xz"), &profiles);
     }
