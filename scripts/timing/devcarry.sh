@@ -7,7 +7,7 @@
 # host-work plan by cache_blocks_in_window.py, every other one from docs/timing/scenarios/BASE.json
 # with the strategy its name ends in.
 #
-# usage: devcarry.sh [ROW ...]        e.g. devcarry.sh $(grep -o '^g-[^|]*' scripts/timing/device_run.sh)
+# usage: devcarry.sh [ROW ...]        e.g. for the H200 protocol: devcarry.sh $(scripts/timing/h200_protocol_call.sh --rows)
 # needs: cargo build --release -p kvsim; cargo build --release -p kvsim-gpu --example kvsim-gpu-bench
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

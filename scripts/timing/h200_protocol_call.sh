@@ -11,18 +11,22 @@
 #
 # usage: h200_protocol_call.sh [BUDGET_SECONDS [ROW ...]]
 #        (default 545: the device tool's 600 s, less margin; no rows: every g-* row, then the sealed ones)
+#        h200_protocol_call.sh --rows   prints those rows (for devcarry.sh) and runs nothing
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
+protocol_rows() {
+  grep -o '^g-[^|]*' "$D/device_run.sh"
+  grep -o '^s2[34]-[a-z]*\.once' "$D/device_run.sh"
+}
+if [ "${1:-}" = --rows ]; then protocol_rows; exit 0; fi
 budget=${1:-545}
 shift || true
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "card: $card" | tee "$OUT/card.txt"
 case "$card" in
   *H200*)
-    if [ $# -eq 0 ]; then
-      # shellcheck disable=SC2046
-      set -- $(grep -o '^g-[^|]*' "$D/device_run.sh") $(grep -o '^s2[34]-[a-z]*\.once' "$D/device_run.sh")
-    fi
+    # shellcheck disable=SC2046
+    [ $# -gt 0 ] || set -- $(protocol_rows)
     bash "$D/device_run.sh" "$budget" "$@" ;;
   *) echo "not an H200: nothing run" | tee -a "$OUT/card.txt" ;;
 esac
