@@ -245,6 +245,12 @@ s25-chain|blind25-chain.chain||3
 s26-swa|blind26-swa.native||3
 s26-mamba|blind26-mamba.native||3
 s26-chain|blind26-chain.chain||3
+s27-swa|blind27-swa.native||3
+s27-mamba|blind27-mamba.native||3
+s27-chain|blind27-chain.chain||3
+s28-swa|blind28-swa.native||3
+s28-mamba|blind28-mamba.native||3
+s28-chain|blind28-chain.chain||3
 "
 
 want=" $* "

@@ -27,6 +27,8 @@ layouts of h100-c3 and the sets drawn since:
     draw_blind.py 24 20262424 20261287 twenty-fourth "h100-c5 and h100-c4" 24
     draw_blind.py 25 20262525 20261290 twenty-fifth "h100-c5 and h100-g21"
     draw_blind.py 26 20262626 20261293 twenty-sixth "h100-c5 and h100-g21" 24
+    draw_blind.py 27 20262727 20261296 twenty-seventh "h100-c5 and h100-g21"
+    draw_blind.py 28 20262828 20261299 twenty-eighth "h100-c5 and h100-g21" 24
 """
 import json
 import random
