@@ -251,6 +251,9 @@ s27-chain|blind27-chain.chain||3
 s28-swa|blind28-swa.native||3
 s28-mamba|blind28-mamba.native||3
 s28-chain|blind28-chain.chain||3
+r25-chain|blind25-chain.chain||3
+r27-chain|blind27-chain.chain||3
+r27-mamba|blind27-mamba.native||3
 "
 
 want=" $* "
