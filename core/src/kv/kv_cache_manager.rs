@@ -321,11 +321,18 @@ impl KvCacheManager {
         };
         let processed = total_computed.saturating_sub(in_flight);
         let full = req.num_tokens().min(self.config.max_model_len);
+        // No hit blocks and no Mamba "align" group (most admissions): each group's need is
+        // its table's shortfall (`need_no_hit_blocks`), summed inline.
+        let no_hit_blocks = super::shortcuts::on() && !self.mamba_align && hit_blocks.iter().all(Vec::is_empty);
         let Self { pool, groups, reqs, .. } = self;
         let (states, log) = reqs.entry(req.id);
         let free = pool.num_free_blocks() as i64;
         if a.full_sequence_must_fit {
-            let need = num_blocks_to_allocate(groups, pool, states, full, hit_blocks, total_computed, full, true);
+            let need = if no_hit_blocks {
+                need_no_hit_blocks(groups, states, full, total_computed, true)
+            } else {
+                num_blocks_to_allocate(groups, pool, states, full, hit_blocks, total_computed, full, true)
+            };
             if need + watermark > free {
                 return Ok(false);
             }
@@ -333,16 +340,20 @@ impl KvCacheManager {
         for (m, st) in groups.iter_mut().zip(states.iter_mut()) {
             m.remove_skipped_blocks(pool, (req.id, st, log), processed);
         }
-        let need = num_blocks_to_allocate(
-            groups,
-            pool,
-            states,
-            need_slot,
-            hit_blocks,
-            num_local_computed,
-            main,
-            false,
-        );
+        let need = if no_hit_blocks {
+            need_no_hit_blocks(groups, states, need_slot, num_local_computed, false)
+        } else {
+            num_blocks_to_allocate(
+                groups,
+                pool,
+                states,
+                need_slot,
+                hit_blocks,
+                num_local_computed,
+                main,
+                false,
+            )
+        };
         let available = pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
         if need + watermark > available {
             return Ok(false);
@@ -684,6 +695,24 @@ fn steady_need(
         }
     }
     Some(need)
+}
+
+/// `num_blocks_to_allocate` summed over the groups when no group is offered a hit block
+/// and none is Mamba "align" (`GroupManager::need_no_hit_blocks`).
+#[inline(always)]
+fn need_no_hit_blocks(
+    groups: &[GroupManager],
+    states: &[GroupReq],
+    num_tokens: u64,
+    total_computed: u64,
+    capped: bool,
+) -> i64 {
+    // A plain loop: `sum` over the zip was left out of line as a fold of its own.
+    let mut need = 0;
+    for (m, st) in groups.iter().zip(states) {
+        need += m.need_no_hit_blocks(st, num_tokens, total_computed, capped);
+    }
+    need
 }
 
 /// `get_num_blocks_to_allocate` summed over the groups (`states`: the request's entries).

@@ -120,6 +120,31 @@ impl GroupManager {
         (need.max(0), st.has_table)
     }
 
+    /// `num_blocks_to_allocate` offered no hit blocks, outside Mamba "align": nothing is
+    /// evictable and no sentinel can show, so it is the table's shortfall alone
+    /// (`admission_cap` applied when `capped`). Spares an admission the general sum's call.
+    #[inline(always)]
+    pub(crate) fn need_no_hit_blocks(&self, st: &GroupReq, num_tokens: u64, total_computed: u64, capped: bool) -> i64 {
+        debug_assert!(!self.is_mamba_align());
+        let bs = self.bs();
+        let mut required = cdiv(num_tokens as i64, bs);
+        if capped {
+            if let Some(cap) = self.admission_cap {
+                required = required.min(cap as i64);
+            }
+        }
+        let held = st.blocks.len() as i64;
+        if st.num_cached.is_some() {
+            return (required - held).max(0);
+        }
+        // A request with nothing computed skips no block (Mamba's -1 token floors to -1).
+        if total_computed == 0 {
+            return (required - held).max(0);
+        }
+        let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
+        (required - skipped_blocks.max(held)).max(0)
+    }
+
     fn evictable(pool: &BlockPool, hits: &[u32]) -> i64 {
         hits.iter()
             .filter(|&&b| b != NULL_BLOCK && pool.ref_cnt(b) == 0)
@@ -511,6 +536,61 @@ mod tests {
                 assert_eq!(cdiv(a, b), (a + b - 1).div_euclid(b), "{a} / {b}");
             }
         }
+    }
+
+    /// `need_no_hit_blocks` is `num_blocks_to_allocate` offered no hits, for every kind
+    /// but Mamba "align", capped or not, with and without a table or cached blocks.
+    #[test]
+    fn the_need_without_hit_blocks_is_the_general_need_offered_none() {
+        use crate::kv::spec::MambaMode;
+        let kinds = [
+            GroupKind::FullAttention,
+            GroupKind::Mla,
+            GroupKind::SlidingWindow { sliding_window: 1 },
+            GroupKind::SlidingWindow { sliding_window: 6 },
+            GroupKind::SlidingWindow { sliding_window: 17 },
+            GroupKind::ChunkedLocal {
+                attention_chunk_size: 4,
+            },
+            GroupKind::ChunkedLocal {
+                attention_chunk_size: 12,
+            },
+            GroupKind::Mamba {
+                mamba_cache_mode: MambaMode::None,
+            },
+        ];
+        let pool = BlockPool::new(8, true);
+        let mut checked = 0;
+        for kind in kinds {
+            for block_size in [1, 3, 4, 8, 16] {
+                let spec = GroupSpec { kind, block_size };
+                for cap in [None, Some(1), Some(3), Some(9)] {
+                    let m = GroupManager::new(0, spec, true, cap);
+                    for held in 0..5usize {
+                        for num_cached in [None, Some(0), Some(held)] {
+                            let st = GroupReq {
+                                blocks: vec![1; held],
+                                has_table: held > 0 || num_cached.is_some(),
+                                num_cached,
+                                ..GroupReq::default()
+                            };
+                            for tokens in 0..70u64 {
+                                for computed in [0, 1, 2, 5, 16, 17, 40, 69] {
+                                    for capped in [false, true] {
+                                        let general =
+                                            m.num_blocks_to_allocate(&pool, &st, tokens, &[], computed, tokens, capped);
+                                        let mine = m.need_no_hit_blocks(&st, tokens, computed, capped);
+                                        assert_eq!(mine, general, "{spec:?} cap {cap:?} held {held} cached {num_cached:?} tokens {tokens} computed {computed} capped {capped}");
+                                        checked += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000);
     }
 
     #[test]
