@@ -256,6 +256,43 @@ mod tests {
         assert_modes_agree(quiet(false), quiet(true));
     }
 
+    /// A lookup keyed like the last one of the previous replay in the same storage (same
+    /// request number, hashes, tokens and hash version) is looked up afresh.
+    #[test]
+    fn a_replay_in_reused_storage_does_not_take_the_last_replays_lookup() {
+        let trace = |a: u32| {
+            let prompt = |from: u32| format!("{:?}", (from..from + 9).collect::<Vec<u32>>());
+            let (p0, p1) = (prompt(a), prompt(a + 1000 * u32::from(a != 1)));
+            let config = r#"{"block_size":4,"enable_caching":true,"groups":[{"kind":"full_attention"}],"max_in_flight_tokens":16,"max_model_len":64,"num_blocks":16}"#;
+            let ops = format!(
+                r#"[{{"op":"add_request","id":"a","prompt":{p0}}},{{"op":"allocate_slots","id":"a","num_new_tokens":9}},{{"op":"add_request","id":"b","prompt":{p1}}},{{"op":"get_computed_blocks","id":"b"}}]"#
+            );
+            crate::kvtrace::compile_text(&format!(r#"{{"format":"kvtrace/1","config":{config},"ops":{ops}}}"#))
+                .expect("a well-formed trace")
+        };
+        let (first, second) = (trace(1), trace(50));
+        let mut storage = ReplayStorage::default();
+        for t in [&first, &second] {
+            let cfg = t.config.as_ref().expect("a valid config");
+            let mut fresh = Replayer::new(KvCacheManager::new(cfg.clone()).unwrap());
+            let reused = storage.replayer(cfg);
+            for &op in &t.ops {
+                assert!(fresh.apply(&t.data, op).is_ok() && reused.apply(&t.data, op).is_ok());
+            }
+            assert_eq!(reused.pending(), fresh.pending());
+        }
+        let hit = |t: &CompiledTrace| {
+            let mut r = Replayer::new(KvCacheManager::new(t.config.clone().unwrap()).unwrap());
+            t.ops.iter().for_each(|&op| assert!(r.apply(&t.data, op).is_ok()));
+            r.pending().expect("a lookup").1.num_computed_tokens
+        };
+        assert_eq!(
+            (hit(&first), hit(&second)),
+            (8, 0),
+            "the first trace hits, the second does not"
+        );
+    }
+
     #[test]
     fn a_model_built_in_reused_storage_replays_like_a_fresh_one() {
         let mut storage = ReplayStorage::default();

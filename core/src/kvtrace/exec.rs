@@ -3,7 +3,7 @@
 
 use super::compile::{Alloc, Checked, Commit, Op, OpData, Span, Str};
 use super::live::{Live, Slots, Unread};
-use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, RequestStatus};
+use crate::kv::{AllocateArgs, ComputedBlocks, KvCacheManager, KvConfig, PoolError, ReqId, RequestStatus};
 
 pub enum OpError {
     Invalid(String),
@@ -57,11 +57,19 @@ pub struct Replayer {
     /// The last lookup's result, kept after it is consumed: the next lookup fills its
     /// block lists instead of allocating new ones, and nothing is moved.
     hit: ComputedBlocks,
+    /// What `hit` answers (`LookupKey`): a lookup that asks it again, the cache unchanged,
+    /// finds `hit` already filled. `None` when `hit` answers nothing known.
+    hit_key: Option<LookupKey>,
     /// The last successful allocation's new blocks per group.
     pub new_blocks: Vec<Vec<u32>>,
     /// Lookups whose hybrid fixed point re-asked a group at a shorter length (coverage).
     pub fixed_point_reasks: u64,
 }
+
+/// What a lookup's result depends on: the request (its id is never reused within a
+/// replay), how many block hashes it has and its token count (its hashes only grow), and
+/// the pool's hash version (bumped on every change to the cached keys and their blocks).
+type LookupKey = (ReqId, usize, u64, u64);
 
 /// The live request `id`, or the op's `InvalidOp` message. A free function so
 /// that it borrows only the slots, not the model. Inlined: every op looks one up.
@@ -101,6 +109,7 @@ impl Replayer {
             next_rid: 0,
             pending: None,
             hit: ComputedBlocks::default(),
+            hit_key: None,
             new_blocks: Vec::new(),
             fixed_point_reasks: 0,
         }
@@ -118,6 +127,8 @@ impl Replayer {
         self.stale = true;
         self.next_rid = 0;
         self.pending = None;
+        // A new model restarts the pool's hash version.
+        self.hit_key = None;
         self.new_blocks.clear();
         self.fixed_point_reasks = 0;
     }
@@ -129,6 +140,7 @@ impl Replayer {
     /// Mutable access from outside the replayer: nothing about it can be assumed.
     pub fn kv_mut(&mut self) -> &mut KvCacheManager {
         self.stale = true;
+        self.hit_key = None;
         &mut self.kv
     }
 
@@ -280,7 +292,18 @@ impl Replayer {
         }
         l.req.hash_pending();
         let hit = &mut self.hit;
-        self.kv.get_computed_blocks_into(&l.req, hit);
+        // A waiting request asked again after a refused admission, nothing cached or
+        // evicted since: the last answer stands (`hit` is never changed by its readers).
+        let key = (
+            l.req.id,
+            l.req.block_hashes.len(),
+            l.req.num_tokens(),
+            self.kv.pool.hash_version(),
+        );
+        if self.hit_key != Some(key) || !crate::kv::shortcuts::on() {
+            self.kv.get_computed_blocks_into(&l.req, hit);
+            self.hit_key = Some(key);
+        }
         l.req.shared_prefix_boundary = hit.shared_prefix_boundary;
         self.fixed_point_reasks += u64::from(hit.fixed_point_reasked);
         self.pending = Some(id);
