@@ -396,6 +396,7 @@ impl KvCacheManager {
         // A steady step (nothing to trim, allocate or cache in any group) needs only the
         // capacity check: outside Mamba "align" the request's memo says so (and no group
         // needs a block), with "align" groups `steady_need` walks the groups.
+        let mut caching_only = false;
         let steady = if !super::shortcuts::on() {
             None
         } else if self.mamba_align {
@@ -411,7 +412,13 @@ impl KvCacheManager {
                 let covered = states[0].blocks.len() as u64 * groups[0].spec.block_size;
                 (need_slot <= covered).then(|| SteadyMemo::of(groups, states, processed, hbs))
             });
-            memo.is_some_and(|m| m.holds(processed, need_slot, cached)).then_some(0)
+            match memo {
+                Some(m) if m.holds_but_caching(processed, need_slot) => {
+                    caching_only = !m.caches_nothing(cached);
+                    (!caching_only).then_some(0)
+                }
+                _ => None,
+            }
         };
         if let Some(need) = steady {
             let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
@@ -419,6 +426,21 @@ impl KvCacheManager {
                 return Ok(false);
             }
             empty_lists(new_blocks, self.groups.len());
+            return Ok(true);
+        }
+        if caching_only {
+            // The memo's other bounds hold: no group trims, needs a block or lacks a
+            // table, so the general steps below would only check capacity and register.
+            let available = self.pool.num_free_blocks() as i64 - a.reserved_blocks as i64;
+            if watermark > available {
+                return Ok(false);
+            }
+            empty_lists(new_blocks, self.groups.len());
+            if let Some((n, hbs)) = cached_now {
+                let Self { pool, groups, reqs, .. } = self;
+                let (states, _) = reqs.entry(req.id);
+                cache_groups(groups, pool, states, req, n, hbs)?;
+            }
             return Ok(true);
         }
         // Any other step: one pass over the groups trims the windows and sums the needs

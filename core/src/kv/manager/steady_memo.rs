@@ -10,7 +10,8 @@ use crate::kv::block_pool::NULL_BLOCK;
 use crate::kv::spec::GroupKind;
 
 /// Bounds within which an `allocate_slots` without hits changes no group of the request
-/// (outside Mamba "align" and slips): `holds` implies `steady` for every group.
+/// (outside Mamba "align" and slips): `holds_but_caching` and `caches_nothing` together
+/// imply `steady` for every group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SteadyMemo {
     /// The processed tokens the windows' trimming finds nothing to free for (inclusive).
@@ -29,12 +30,20 @@ impl SteadyMemo {
         cache_below: 0,
     };
 
-    /// Whether a call after `processed` tokens, asking for `need_slot` slots and caching
-    /// the first `cached` tokens (`None`: caching nothing), changes no group.
+    /// Whether a call after `processed` tokens, asking for `need_slot` slots, trims no
+    /// window and needs no block in any group (every group has a table): whatever it does
+    /// is registering newly full blocks, and nothing if `caches_nothing` too.
     #[inline(always)]
-    pub(crate) fn holds(&self, processed: u64, need_slot: u64, cached: Option<u64>) -> bool {
+    pub(crate) fn holds_but_caching(&self, processed: u64, need_slot: u64) -> bool {
         let (lo, hi) = self.processed;
-        lo <= processed && processed <= hi && need_slot <= self.slot_max && cached.is_none_or(|c| c < self.cache_below)
+        lo <= processed && processed <= hi && need_slot <= self.slot_max
+    }
+
+    /// Whether caching the first `cached` tokens (`None`: caching nothing) registers
+    /// nothing new.
+    #[inline(always)]
+    pub(crate) fn caches_nothing(&self, cached: Option<u64>) -> bool {
+        cached.is_none_or(|c| c < self.cache_below)
     }
 
     /// The bounds of the request's entries `states` (one per group of `groups`, none of
