@@ -103,46 +103,43 @@ impl GroupManager {
     }
 
     /// `num_blocks_to_allocate` offered no hits, outside Mamba "align" (whose needs
-    /// follow other rules), and whether the request has a table here. With no hits
-    /// nothing is evictable, and Mamba's "cached this step" sentinel needs a hit.
+    /// follow other rules), uncapped, and whether the request has a table here.
     #[inline]
     pub(crate) fn need_without_hits(&self, st: &GroupReq, num_tokens: u64, total_computed: u64) -> (i64, bool) {
-        debug_assert!(!self.is_mamba_align());
-        let bs = self.bs();
-        let required = cdiv(num_tokens as i64, bs);
-        let held = st.blocks.len() as i64;
-        let need = if st.num_cached.is_some() {
-            required - held
-        } else {
-            let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
-            required - skipped_blocks.max(held)
-        };
-        (need.max(0), st.has_table)
+        (
+            self.need_no_hit_blocks(st, num_tokens, total_computed, false),
+            st.has_table,
+        )
     }
 
     /// `num_blocks_to_allocate` offered no hit blocks, outside Mamba "align": nothing is
-    /// evictable and no sentinel can show, so it is the table's shortfall alone
-    /// (`admission_cap` applied when `capped`). Spares an admission the general sum's call.
+    /// evictable and Mamba's "cached this step" sentinel needs a hit, so it is the table's
+    /// shortfall alone (`admission_cap` applied when `capped`).
     #[inline(always)]
     pub(crate) fn need_no_hit_blocks(&self, st: &GroupReq, num_tokens: u64, total_computed: u64, capped: bool) -> i64 {
         debug_assert!(!self.is_mamba_align());
-        let bs = self.bs();
-        let mut required = cdiv(num_tokens as i64, bs);
-        if capped {
-            if let Some(cap) = self.admission_cap {
-                required = required.min(cap as i64);
-            }
-        }
+        let required = self.required_blocks(num_tokens, capped);
         let held = st.blocks.len() as i64;
-        if st.num_cached.is_some() {
-            return (required - held).max(0);
-        }
         // A request with nothing computed skips no block (Mamba's -1 token floors to -1).
-        if total_computed == 0 {
+        if st.num_cached.is_some() || total_computed == 0 {
             return (required - held).max(0);
         }
-        let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
+        let skipped_blocks = self
+            .spec
+            .kind
+            .skipped_tokens(total_computed as i64)
+            .div_euclid(self.bs());
         (required - skipped_blocks.max(held)).max(0)
+    }
+
+    /// The blocks `num_tokens` slots take, at most `admission_cap` when `capped`.
+    #[inline(always)]
+    fn required_blocks(&self, num_tokens: u64, capped: bool) -> i64 {
+        let required = cdiv(num_tokens as i64, self.bs());
+        match self.admission_cap {
+            Some(cap) if capped => required.min(cap as i64),
+            _ => required,
+        }
     }
 
     fn evictable(pool: &BlockPool, hits: &[u32]) -> i64 {
@@ -179,18 +176,16 @@ impl GroupManager {
                 return self.mamba_num_blocks_to_allocate(pool, st, hits, num_tokens_main_model);
             }
         }
-        let bs = self.bs();
-        let mut required = cdiv(num_tokens as i64, bs);
-        if apply_admission_cap {
-            if let Some(cap) = self.admission_cap {
-                required = required.min(cap as i64);
-            }
-        }
+        let required = self.required_blocks(num_tokens, apply_admission_cap);
         let held = st.blocks.len() as i64;
         if st.num_cached.is_some() {
             return (required - held).max(0);
         }
-        let skipped_blocks = self.spec.kind.skipped_tokens(total_computed as i64).div_euclid(bs);
+        let skipped_blocks = self
+            .spec
+            .kind
+            .skipped_tokens(total_computed as i64)
+            .div_euclid(self.bs());
         let local_blocks = hits.len() as i64 + held;
         let new = (required - skipped_blocks.max(local_blocks)).max(0);
         let skip_in_hits = (skipped_blocks - held).max(0) as usize;
