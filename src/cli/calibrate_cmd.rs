@@ -28,9 +28,10 @@ pub struct CalibrateArgs {
     /// The profile to start from (and whose values unexercised parameters keep).
     #[arg(long, default_value = "h200")]
     pub start: String,
-    /// The fitted profile's name.
-    #[arg(long, default_value = "calibrated")]
-    pub name: String,
+    /// The fitted profile's name (default `calibrated`; with --host-only, the start's name and
+    /// `+host`).
+    #[arg(long)]
+    pub name: Option<String>,
     /// Weight of the prior that keeps each parameter near its starting value (relative).
     #[arg(long, default_value_t = 0.01)]
     pub prior: f64,
@@ -53,6 +54,14 @@ pub struct CalibrateArgs {
     /// quantile, in (0, 1]): `kvsim predict` gives every step and point this band.
     #[arg(long, default_value_t = kvsim_sim::cost::bands::DEFAULT_QUANTILE)]
     pub band_quantile: f64,
+    /// Fit nothing: price the host of the machine that ran RESULTS (runs of other plans on the
+    /// machine to be predicted) in two parts: the first launch's wake after a window's
+    /// synchronisation, and every other host rate but the closing event's, each by the median
+    /// ratio of the windows' measured issue times to the start profile's prediction of them
+    /// (docs/timing.md, "The host of the machine measured"). Bands, ranges and every other
+    /// parameter stay the start profile's.
+    #[arg(long, conflicts_with_all = ["fit", "balance_steps", "prior", "iterations", "band_quantile"])]
+    pub host_only: bool,
 }
 
 /// One flag per parameter: free to move (all but the settings when `names` is empty).
@@ -86,6 +95,9 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         )));
     }
     let free = free_params(&a.fit)?;
+    if a.host_only {
+        return super::calibrate_host::run(&a);
+    }
     let mut profile = load_profile(&a.start).map_err(CliError::Input)?;
     let start_provenance = profile.provenance.take();
     let plans = super::load_plans(&a.plan)?;
@@ -129,7 +141,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     };
     let report = calibrate(&samples, &profile.params, &options);
     profile.params = report.params.clone();
-    profile.name = a.name.clone();
+    profile.name = a.name.clone().unwrap_or_else(|| "calibrated".to_string());
     profile.description = format!(
         "fitted by kvsim calibrate to {} GPU run(s), starting from {}",
         samples.len(),

@@ -4,6 +4,7 @@
 mod audit_cmd;
 mod bench_cmd;
 mod calibrate_cmd;
+mod calibrate_host;
 mod check_cmd;
 mod check_dynamo;
 mod compare_cmd;

@@ -17,6 +17,7 @@ pub mod compare;
 pub mod desc;
 pub mod families;
 pub mod fit;
+pub mod host_scale;
 pub mod microbench;
 pub mod model;
 pub mod profile;

@@ -20,7 +20,7 @@ use super::desc::{Family, OpDesc, StepDesc};
 use super::profile::Params;
 
 /// Parameter indices (positions in [`Params::NAMES`]).
-mod ix {
+pub(crate) mod ix {
     pub const HOST_STEP: usize = 0;
     pub const HOST_STEP_END: usize = 1;
     pub const HOST_LAUNCH: usize = 2;
@@ -189,6 +189,9 @@ pub struct WindowTime {
     pub device: Lin,
     /// Wall time.
     pub wall: Lin,
+    /// Host time to issue it: from its opening event to its closing one, before the closing
+    /// synchronisation (what the executor's window `host_ns` measures).
+    pub host: Lin,
 }
 
 /// One launching op's predicted device time (between its events with `time_ops`).
@@ -578,6 +581,7 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                 OpDesc::EndTimed { point } => {
                     host.add_term(&p, ix::HOST_EVENT, 1.0);
                     let end = Lin::max(&dev, &host);
+                    let issued = host.clone();
                     if shape.sync_windows {
                         host = Lin::max(&host, &dev);
                         host.add_term(&p, ix::HOST_SYNC, 1.0);
@@ -590,6 +594,7 @@ pub fn simulate(steps: &[StepDesc], params: &Params, shape: RunShape) -> Timelin
                             step_end: si,
                             device: end.sub(&d0),
                             wall: host.sub(&h0),
+                            host: issued.sub(&h0),
                         });
                     }
                 }

@@ -68,6 +68,9 @@ pub struct MeasuredPoint {
     /// Wall time (µs).
     #[serde(default)]
     pub wall_us: Option<f64>,
+    /// Host time to issue the window (µs; absent in older results).
+    #[serde(default)]
+    pub host_us: Option<f64>,
 }
 
 /// The cost description of the run.

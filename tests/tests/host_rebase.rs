@@ -1,0 +1,172 @@
+//! `kvsim calibrate --host-only` (issue 21; docs/timing.md, "The host of the machine measured"):
+//! a profile's host priced on the machine measured, from runs of other plans there. On the
+//! committed runs of blind27 and blind28 (a machine whose host was slow), `h100-c5` priced on the
+//! five other runs predicts blind27's Mamba layout better than `h100-c5` as fitted, its windows
+//! most (docs/timing-history.md, "Pricing the host per machine").
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kvsim_tests::{repo_root, run_cli as kvsim};
+use serde_json::Value;
+
+fn read(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A fresh folder with blind27's and blind28's committed runs unpacked (`s27/`, `s28/`).
+fn runs(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvsim-host-{label}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for a in ["blind27-2026-12-07.tar.xz", "blind28-2026-12-07.tar.xz"] {
+        let ok = Command::new("tar")
+            .arg("-xJf")
+            .arg(repo_root().join("docs/timing/data").join(a))
+            .arg("-C")
+            .arg(&dir)
+            .status()
+            .expect("tar (with xz) unpacks the committed runs");
+        assert!(ok.success(), "tar -xJf {a}");
+    }
+    dir
+}
+
+/// The five runs of the machine that are not blind27's Mamba layout.
+fn references(dir: &Path) -> Vec<String> {
+    [
+        "s27/s27-swa",
+        "s27/s27-chain",
+        "s28/s28-swa",
+        "s28/s28-mamba",
+        "s28/s28-chain",
+    ]
+    .iter()
+    .map(|r| s(&dir.join(format!("{r}.gpu.json"))))
+    .collect()
+}
+
+fn c5() -> String {
+    s(&repo_root().join("docs/timing/h100-c5.json"))
+}
+
+fn compare(pred: &Path, gpu: &Path, out: &Path) -> Value {
+    assert_eq!(kvsim(&["compare", &s(pred), &s(gpu), "--out", &s(out)]).unwrap(), 0);
+    read(out)
+}
+
+#[test]
+fn h100_c5_priced_on_the_slow_machine_predicts_its_mamba_layout_better() {
+    let dir = runs("mamba");
+    let prof = dir.join("c5-host.json");
+    let mut args: Vec<String> = vec!["calibrate".into()];
+    args.extend(references(&dir));
+    args.extend(["--start".into(), c5(), "--host-only".into(), "--out".into(), s(&prof)]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(kvsim(&argv).unwrap(), 0);
+
+    let rebased = read(&prof);
+    let start = read(Path::new(&c5()));
+    assert_eq!(rebased["name"], "h100-c5+host");
+    let rb = &rebased["provenance"]["host_rebase"];
+    assert_eq!(rb["start"], "h100-c5");
+    assert_eq!(rb["reference"].as_array().unwrap().len(), 5);
+    // Measured on that machine: the host 1.34x the profile's, the wake 3.25x.
+    assert_eq!(rb["scale"], 1.3431);
+    assert_eq!(rb["wake_scale"], 3.2523);
+    // Only the host rates move, the closing event's not; bands and ranges stay the start's.
+    for (k, v) in start["params"].as_object().unwrap() {
+        let r = rebased["params"][k].as_f64().unwrap();
+        let v = v.as_f64().unwrap();
+        if k.starts_with("host_") && k != "host_step_end_ns" {
+            assert!(r > v, "{k}: {v} -> {r}");
+        } else {
+            assert_eq!(r, v, "{k}");
+        }
+    }
+    assert_eq!(rebased["provenance"]["bands"], start["provenance"]["bands"]);
+    assert_eq!(rebased["provenance"]["ranges"], start["provenance"]["ranges"]);
+
+    let plan = dir.join("mamba.plan.json");
+    let scenario = s(&repo_root().join("docs/timing/scenarios/blind27-mamba.json"));
+    let sweep = ["sweep", "--scenario-file", &scenario, "--strategy", "native", "--out"];
+    let plan_s = s(&plan);
+    let out_s = s(&dir.join("sweep.json"));
+    assert_eq!(
+        kvsim(&[&sweep[..], &[&out_s, "--plan-out", &plan_s]].concat()).unwrap(),
+        0
+    );
+    let gpu = dir.join("s27/s27-mamba.gpu.json");
+    let mut figures = Vec::new();
+    for (label, profile) in [("c5", c5()), ("host", s(&prof))] {
+        let pred = dir.join(format!("{label}.pred.json"));
+        assert_eq!(
+            kvsim(&["predict", &plan_s, "--profile", &profile, "--out", &s(&pred)]).unwrap(),
+            0
+        );
+        let cmp = compare(&pred, &gpu, &dir.join(format!("{label}.cmp.json")));
+        figures.push((
+            cmp["mape_retained_decode_points_pct"].as_f64().unwrap(),
+            cmp["pairs"][0]["mape_steps"].as_f64().unwrap(),
+            cmp["mape_points_pct"].as_f64().unwrap(),
+        ));
+    }
+    let round = |v: f64| (v * 100.0).round() / 100.0;
+    let [(r0, s0, w0), (r1, s1, w1)] = [figures[0], figures[1]];
+    // h100-c5 as committed (docs/timing/blind27/blind27-compare.txt), then priced on the machine.
+    assert_eq!((round(r0), round(s0), round(w0)), (4.08, 5.31, 16.49));
+    assert_eq!((round(r1), round(s1), round(w1)), (3.26, 4.76, 5.49));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_reference_runs_are_refused_with_exit_2_and_no_profile() {
+    let dir = runs("bad");
+    let out = dir.join("never.json");
+    let swa = dir.join("s27/s27-swa.gpu.json");
+    // Results written before windows carried their issue time.
+    let mut old = read(&swa);
+    for p in old["points"].as_array_mut().unwrap() {
+        p.as_object_mut().unwrap().remove("host_us");
+    }
+    let old_f = dir.join("old.gpu.json");
+    std::fs::write(&old_f, old.to_string()).unwrap();
+    // A profile of another device.
+    let mut other = read(Path::new(&c5()));
+    other["sm_count"] = 78.into();
+    let other_f = dir.join("other.json");
+    std::fs::write(&other_f, other.to_string()).unwrap();
+
+    let c5 = c5();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![s(&old_f), "--start".into(), c5.clone()],
+            "no window carries host_us",
+        ),
+        (vec![s(&swa), "--start".into(), s(&other_f)], "SMs"),
+        (
+            vec![
+                s(&swa),
+                "--start".into(),
+                c5.clone(),
+                "--fit".into(),
+                "host_launch_ns".into(),
+            ],
+            "cannot be used with",
+        ),
+    ];
+    for (args, says) in cases {
+        let mut argv = vec!["calibrate".to_string()];
+        argv.extend(args);
+        argv.extend(["--host-only".into(), "--out".into(), s(&out)]);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let err = kvsim(&argv).expect_err("refused");
+        assert_eq!(err.exit_code(), 2, "{argv:?}");
+        assert!(err.to_string().contains(says), "{argv:?}: {err}");
+        assert!(!out.exists(), "{argv:?} wrote a profile");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
