@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::calibrate_cmd::CalibrateArgs;
 use super::{read_file, say, CliError};
@@ -43,7 +43,7 @@ pub fn run(a: &CalibrateArgs) -> Result<ExitCode, CliError> {
         hs.wake_scale,
         runs.len()
     );
-    let rebase = json!({
+    let mut rebase = json!({
         "start": start_name,
         "start_hash": start_hash,
         "reference": runs.iter().map(|(n, r)| json!({"file": n, "plan_hash": r.plan_hash})).collect::<Vec<_>>(),
@@ -55,10 +55,12 @@ pub fn run(a: &CalibrateArgs) -> Result<ExitCode, CliError> {
     });
     // The start's provenance (its bands and calibrated ranges) stays; a rebase of a rebased
     // profile keeps the earlier one under `earlier`.
-    let mut prov = profile.provenance.take().unwrap_or_else(|| json!({}));
-    let earlier = prov.get("host_rebase").cloned();
-    let mut rebase = rebase;
-    if let Some(e) = earlier {
+    let mut prov = match profile.provenance.take() {
+        Some(p @ Value::Object(_)) => p,
+        Some(other) => json!({ "start_provenance": other }),
+        None => json!({}),
+    };
+    if let Some(e) = prov.get("host_rebase").cloned() {
         rebase["earlier"] = e;
     }
     prov["host_rebase"] = rebase;

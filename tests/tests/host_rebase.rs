@@ -170,3 +170,50 @@ fn bad_reference_runs_are_refused_with_exit_2_and_no_profile() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A rebase keeps what the start profile says about itself, whatever its shape, and a second
+/// rebase keeps the first under `earlier`.
+#[test]
+fn a_rebase_keeps_the_start_provenance_and_an_earlier_rebase() {
+    let dir = runs("prov");
+    let swa = s(&dir.join("s27/s27-swa.gpu.json"));
+    let mut odd = read(Path::new(&c5()));
+    odd["provenance"] = "fitted by hand".into();
+    let odd_f = dir.join("odd.json");
+    std::fs::write(&odd_f, odd.to_string()).unwrap();
+    let once = dir.join("once.json");
+    let args = [
+        "calibrate",
+        &swa,
+        "--start",
+        &s(&odd_f),
+        "--host-only",
+        "--out",
+        &s(&once),
+    ];
+    assert_eq!(kvsim(&args).unwrap(), 0);
+    let p1 = read(&once);
+    assert_eq!(p1["provenance"]["start_provenance"], "fitted by hand");
+    let twice = dir.join("twice.json");
+    let args = [
+        "calibrate",
+        &swa,
+        "--start",
+        &s(&once),
+        "--host-only",
+        "--out",
+        &s(&twice),
+    ];
+    assert_eq!(kvsim(&args).unwrap(), 0);
+    let p2 = read(&twice);
+    assert_eq!(p2["name"], "h100-c5+host+host");
+    assert_eq!(
+        p2["provenance"]["host_rebase"]["earlier"],
+        p1["provenance"]["host_rebase"]
+    );
+    // Priced again on the same runs, the priced profile needs almost nothing more (not exactly
+    // nothing: the closing event, in every window, kept its rate).
+    let again = p2["provenance"]["host_rebase"]["scale"].as_f64().unwrap();
+    assert!((again - 1.0).abs() < 0.05, "{again}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
