@@ -217,3 +217,76 @@ fn a_rebase_keeps_the_start_provenance_and_an_earlier_rebase() {
     assert!((again - 1.0).abs() < 0.05, "{again}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Prospective (docs/timing-history.md, "Pricing the host … measured on a new machine"): with the
+/// rule committed first, an H100 call ran two plans of blind19 as the reference and blind27's
+/// Mamba and chain plans again. `h100-c5` priced on the reference alone predicts both better
+/// than `h100-c5` as fitted; every figure is the committed comparison's.
+#[test]
+fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
+    let dir = std::env::temp_dir().join(format!("kvsim-host-new-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ok = Command::new("tar")
+        .arg("-xJf")
+        .arg(repo_root().join("docs/timing/data/host-2026-12-07.tar.xz"))
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .expect("tar (with xz) unpacks the committed runs");
+    assert!(ok.success());
+    let docs = repo_root().join("docs/timing/host");
+    let run = |name: &str| s(&dir.join(format!("host/{name}.gpu.json")));
+    let prof = dir.join("priced.json");
+    let (swa, mamba) = (run("s19-swa.once"), run("s19-mamba.once"));
+    let args = [
+        "calibrate",
+        &swa,
+        &mamba,
+        "--start",
+        &c5(),
+        "--host-only",
+        "--out",
+        &s(&prof),
+    ];
+    assert_eq!(kvsim(&args).unwrap(), 0);
+    let priced = read(&prof);
+    assert_eq!(priced["provenance"]["host_rebase"]["scale"], 1.3955);
+    assert_eq!(priced["provenance"]["host_rebase"]["wake_scale"], 1.5318);
+    assert_eq!(priced["params"], read(&docs.join("h100-c5+host.json"))["params"]);
+
+    let mut figures = Vec::new();
+    for (layout, strategy) in [("mamba", "native"), ("chain", "chain")] {
+        let plan = dir.join(format!("{layout}.plan.json"));
+        let scenario = s(&repo_root().join(format!("docs/timing/scenarios/blind27-{layout}.json")));
+        let sweep_out = s(&dir.join("sweep.json"));
+        let sweep = ["sweep", "--scenario-file", &scenario, "--strategy", strategy];
+        assert_eq!(
+            kvsim(&[&sweep[..], &["--out", &sweep_out, "--plan-out", &s(&plan)]].concat()).unwrap(),
+            0
+        );
+        let pred = dir.join(format!("{layout}.pred.json"));
+        assert_eq!(
+            kvsim(&["predict", &s(&plan), "--profile", &s(&prof), "--out", &s(&pred)]).unwrap(),
+            0
+        );
+        let gpu = dir.join(format!("host/r27-{layout}.gpu.json"));
+        let fitted = repo_root().join(format!("docs/timing/blind27/blind27-{layout}.h100-c5.pred.json"));
+        for (label, pred) in [("c5", fitted), ("host", pred)] {
+            let cmp = compare(&pred, &gpu, &dir.join(format!("{layout}.{label}.cmp.json")));
+            assert_eq!(
+                cmp,
+                read(&docs.join(format!("blind27-{layout}.{label}.compare.json"))),
+                "{layout} {label}"
+            );
+            figures.push(cmp["mape_retained_decode_points_pct"].as_f64().unwrap());
+        }
+    }
+    let round = |v: f64| (v * 100.0).round() / 100.0;
+    let f: Vec<f64> = figures.into_iter().map(round).collect();
+    assert_eq!(
+        f,
+        [4.04, 3.82, 2.47, 2.28],
+        "retained-sample MAPE: Mamba fitted, priced; chain fitted, priced"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
