@@ -64,6 +64,13 @@ pub struct CalibrateArgs {
     pub host_only: bool,
 }
 
+/// Writes `profile` to `out` whole (pretty JSON, a closing newline) or not at all.
+pub(super) fn write_profile(profile: &kvsim_sim::cost::Profile, out: &std::path::Path) -> Result<(), CliError> {
+    let mut text = serde_json::to_string_pretty(profile).expect("profiles serialize");
+    text.push('\n');
+    write_atomic(out, text.as_bytes()).map_err(|e| CliError::Input(format!("cannot write {}: {e}", out.display())))
+}
+
 /// One flag per parameter: free to move (all but the settings when `names` is empty).
 fn free_params(names: &[String]) -> Result<Vec<bool>, CliError> {
     let all = kvsim_sim::cost::Params::NAMES;
@@ -182,10 +189,7 @@ pub fn run(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     if let (Some(p), Some(earlier)) = (profile.provenance.as_mut(), start_provenance) {
         p["start_provenance"] = earlier;
     }
-    let mut text = serde_json::to_string_pretty(&profile).expect("profiles serialize");
-    text.push('\n');
-    write_atomic(&a.out, text.as_bytes())
-        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", a.out.display())))?;
+    write_profile(&profile, &a.out)?;
     say(format_args!(
         "fitted {} parameters to {} measurements of {} run(s) in {} iterations; profile {} {}",
         free.iter().filter(|f| **f).count(),

@@ -11,7 +11,6 @@ use super::{read_file, say, CliError};
 use kvsim_sim::cost::host_scale::{host_scale, rebase_host};
 use kvsim_sim::cost::load_profile;
 use kvsim_sim::cost::results::read_gpu_results_with;
-use kvsim_sim::output::write_atomic;
 
 fn round4(v: f64) -> f64 {
     (v * 1e4).round() / 1e4
@@ -65,10 +64,7 @@ pub fn run(a: &CalibrateArgs) -> Result<ExitCode, CliError> {
     }
     prov["host_rebase"] = rebase;
     profile.provenance = Some(prov);
-    let mut text = serde_json::to_string_pretty(&profile).expect("profiles serialize");
-    text.push('\n');
-    write_atomic(&a.out, text.as_bytes())
-        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", a.out.display())))?;
+    super::calibrate_cmd::write_profile(&profile, &a.out)?;
     say(format_args!(
         "host rates of {start_name} x{:.4}, wake x{:.4} ({} windows; measured/rebased issue time 10-90 %: {:.3}-{:.3}); profile {} {}",
         hs.scale,

@@ -181,31 +181,15 @@ fn a_rebase_keeps_the_start_provenance_and_an_earlier_rebase() {
     odd["provenance"] = "fitted by hand".into();
     let odd_f = dir.join("odd.json");
     std::fs::write(&odd_f, odd.to_string()).unwrap();
-    let once = dir.join("once.json");
-    let args = [
-        "calibrate",
-        &swa,
-        "--start",
-        &s(&odd_f),
-        "--host-only",
-        "--out",
-        &s(&once),
-    ];
-    assert_eq!(kvsim(&args).unwrap(), 0);
-    let p1 = read(&once);
+    let rebase = |start: &Path, out: &Path| {
+        let args = ["calibrate", &swa, "--start", &s(start), "--host-only", "--out", &s(out)];
+        assert_eq!(kvsim(&args).unwrap(), 0);
+        read(out)
+    };
+    let (once, twice) = (dir.join("once.json"), dir.join("twice.json"));
+    let p1 = rebase(&odd_f, &once);
     assert_eq!(p1["provenance"]["start_provenance"], "fitted by hand");
-    let twice = dir.join("twice.json");
-    let args = [
-        "calibrate",
-        &swa,
-        "--start",
-        &s(&once),
-        "--host-only",
-        "--out",
-        &s(&twice),
-    ];
-    assert_eq!(kvsim(&args).unwrap(), 0);
-    let p2 = read(&twice);
+    let p2 = rebase(&once, &twice);
     assert_eq!(p2["name"], "h100-c5+host+host");
     assert_eq!(
         p2["provenance"]["host_rebase"]["earlier"],
