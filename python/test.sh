@@ -8,8 +8,7 @@
 # The venv holds only the pinned tools (maturin, pytest); it is made once (a marker file names
 # the pins) and the bindings are rebuilt and reinstalled from the working tree on every run.
 # `pip install --no-build-isolation` uses the venv's maturin, so no build environment is
-# downloaded per run; maturin builds into the workspace's target/ (release profile), reusing
-# the crates `cargo test --release` built.
+# downloaded per run; maturin builds into the workspace's target/ (release profile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PINS="maturin==1.16.0 pytest==9.2.0"
