@@ -254,6 +254,12 @@ s28-chain|blind28-chain.chain||3
 r25-chain|blind25-chain.chain||3
 r27-chain|blind27-chain.chain||3
 r27-mamba|blind27-mamba.native||3
+s29-swa|blind29-swa.native||3
+s29-mamba|blind29-mamba.native||3
+s29-chain|blind29-chain.chain||3
+s30-swa|blind30-swa.native||3
+s30-mamba|blind30-mamba.native||3
+s30-chain|blind30-chain.chain||3
 "
 
 want=" $* "

@@ -29,6 +29,8 @@ layouts of h100-c3 and the sets drawn since:
     draw_blind.py 26 20262626 20261293 twenty-sixth "h100-c5 and h100-g21" 24
     draw_blind.py 27 20262727 20261296 twenty-seventh "h100-c5 and h100-g21"
     draw_blind.py 28 20262828 20261299 twenty-eighth "h100-c5 and h100-g21" 24
+    draw_blind.py 29 20262929 20261302 twenty-ninth "h100-c5, priced on the machine measured (calibrate --host-only)"
+    draw_blind.py 30 20263030 20261305 thirtieth "h100-c5, priced on the machine measured (calibrate --host-only)" 24
 """
 import json
 import random
