@@ -157,6 +157,13 @@ fn blind27_and_blind28_comparisons_reproduce_from_committed_predictions_and_runs
     blind_sets_reproduce([27, 28], "h100-c5", "h100-g21");
 }
 
+/// The same for blind29 and blind30 (docs/timing-history.md, "blind29 and blind30"): predicted by
+/// `h100-c5` and `h100-g21` before their measurement on an H100 in the twentieth session.
+#[test]
+fn blind29_and_blind30_comparisons_reproduce_from_committed_predictions_and_runs() {
+    blind_sets_reproduce([29, 30], "h100-c5", "h100-g21");
+}
+
 /// Each of `sets` compared again under `main` (its committed `blindN-compare.json`) and under
 /// `also` (`blindN-compare.ALSO.json`).
 fn blind_sets_reproduce(sets: [u32; 2], main: &str, also: &str) {
