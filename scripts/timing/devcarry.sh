@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The folder a device call carries for issue 21's runs (docs/timing.md, "Reproducing"), made on a
-# fresh machine: target/devcarry/ with the stripped release binaries, device_run.sh and the
+# fresh machine: target/devcarry/ with the stripped release binaries gzip'd, device_run.sh and the
 # h200_protocol_call.sh beside it, and plans/NAME.plan.json.gz for the plans that the named
-# device_run.sh rows replay (no names: every row's). Each plan is made the way the committed runs'
+# device_run.sh rows replay, and only those (no names: every row's). Each plan is made the way the committed runs'
 # were: microbenchmark plans by `kvsim microbench plans`, glm53 from the built-in scenario, the
 # host-work plan by cache_blocks_in_window.py, every other one from docs/timing/scenarios/BASE.json
 # with the strategy its name ends in.
@@ -22,6 +22,9 @@ plans=$(while IFS='|' read -r name plan _; do
 done <<< "$rows" | sort -u)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Only what the named rows need, and the binaries gzip'd (device_run.sh unpacks them): the
+# device tool carries the checkout and this folder within 64 MiB, and the checkout is over 55.
+rm -rf "$carry/plans" "$carry/kvsim" "$carry/kvsim-gpu-bench"
 mkdir -p "$carry/plans"
 "$kvsim" microbench plans --out-dir "$work/mb" > /dev/null
 for p in $plans; do
@@ -42,7 +45,9 @@ for p in $plans; do
   esac
   gzip -c "$out" > "$carry/plans/$p.plan.json.gz"
 done
-strip -o "$carry/kvsim" target/release/kvsim
-strip -o "$carry/kvsim-gpu-bench" target/release/examples/kvsim-gpu-bench
+for b in target/release/kvsim target/release/examples/kvsim-gpu-bench; do
+  strip -o "$work/$(basename "$b")" "$b"
+  gzip -9 -c "$work/$(basename "$b")" > "$carry/$(basename "$b").gz"
+done
 cp scripts/timing/device_run.sh scripts/timing/h200_protocol_call.sh "$carry/"
 echo "$carry: $(echo "$plans" | wc -w) plans, $(du -sh "$carry" | cut -f1)" >&2

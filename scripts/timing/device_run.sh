@@ -5,7 +5,8 @@
 # Run through the device tool with the script, kvsim, kvsim-gpu-bench and plans/*.plan.json.gz
 # in one carried folder (the script reads them from its own folder; see docs/timing.md,
 # "Reproducing"). Strip the carried kvsim (`strip kvsim`): with its debug information the
-# working tree and the folder pass the device tool's 64 MiB. Writes $OUT/log.txt and
+# working tree and the folder pass the device tool's 64 MiB; devcarry.sh also gzips both binaries,
+# which this script unpacks where it finds them. Writes $OUT/log.txt and
 # $OUT/results.tar (gzip'd results, appended after every run, so a cut-short call still brings
 # back what finished).
 #
@@ -17,6 +18,10 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRAR
 N=$(find /usr/local /opt /usr/lib -name 'libnvrtc.so.13' 2>/dev/null | head -1)
 [ -n "$N" ] && export LD_LIBRARY_PATH=$(dirname "$N"):$LD_LIBRARY_PATH
 D=$(cd "$(dirname "$0")" && pwd)
+# devcarry.sh carries the binaries gzip'd (the device tool's 64 MiB); unpack them once.
+for b in kvsim kvsim-gpu-bench; do
+  if [ -f "$D/$b.gz" ]; then gunzip -f "$D/$b.gz" && chmod +x "$D/$b"; fi
+done
 W=/tmp/kvsim-timing
 mkdir -p $W
 LOG=$OUT/log.txt
