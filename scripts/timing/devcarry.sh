@@ -2,10 +2,10 @@
 # The folder a device call carries for issue 21's runs (docs/timing.md, "Reproducing"), made on a
 # fresh machine: target/devcarry/ with the stripped release binaries gzip'd, device_run.sh and the
 # h200_protocol_call.sh beside it, and plans/NAME.plan.json.gz for the plans that the named
-# device_run.sh rows replay, and only those (no names: every row's). Each plan is made the way the committed runs'
-# were: microbenchmark plans by `kvsim microbench plans`, glm53 from the built-in scenario, the
-# host-work plan by cache_blocks_in_window.py, every other one from docs/timing/scenarios/BASE.json
-# with the strategy its name ends in.
+# device_run.sh rows replay, and only those (no names: every row's). Each plan is made the way
+# the committed runs' were: microbenchmark plans by `kvsim microbench plans`, glm53 from the
+# built-in scenario, the host-work plan by cache_blocks_in_window.py, every other one from
+# docs/timing/scenarios/BASE.json with the strategy its name ends in.
 #
 # usage: devcarry.sh [ROW ...]        e.g. for the H200 protocol: devcarry.sh $(scripts/timing/h200_protocol_call.sh --rows)
 # needs: cargo build --release -p kvsim; cargo build --release -p kvsim-gpu --example kvsim-gpu-bench

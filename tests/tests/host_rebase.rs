@@ -18,21 +18,26 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// A fresh folder with blind27's and blind28's committed runs unpacked (`s27/`, `s28/`).
-fn runs(label: &str) -> PathBuf {
+/// A fresh folder with the committed archives `docs/timing/data/NAME-2026-12-07.tar.xz` unpacked.
+fn unpacked(label: &str, names: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvsim-host-{label}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for a in ["blind27-2026-12-07.tar.xz", "blind28-2026-12-07.tar.xz"] {
+    for name in names {
         let ok = Command::new("tar")
             .arg("-xJf")
-            .arg(repo_root().join("docs/timing/data").join(a))
+            .arg(repo_root().join(format!("docs/timing/data/{name}-2026-12-07.tar.xz")))
             .arg("-C")
             .arg(&dir)
             .status()
             .expect("tar (with xz) unpacks the committed runs");
-        assert!(ok.success(), "tar -xJf {a}");
+        assert!(ok.success(), "tar -xJf {name}");
     }
     dir
+}
+
+/// A fresh folder with blind27's and blind28's committed runs unpacked (`s27/`, `s28/`).
+fn runs(label: &str) -> PathBuf {
+    unpacked(label, &["blind27", "blind28"])
 }
 
 /// The five runs of the machine that are not blind27's Mamba layout.
@@ -208,16 +213,7 @@ fn a_rebase_keeps_the_start_provenance_and_an_earlier_rebase() {
 /// than `h100-c5` as fitted; every figure is the committed comparison's.
 #[test]
 fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
-    let dir = std::env::temp_dir().join(format!("kvsim-host-new-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ok = Command::new("tar")
-        .arg("-xJf")
-        .arg(repo_root().join("docs/timing/data/host-2026-12-07.tar.xz"))
-        .arg("-C")
-        .arg(&dir)
-        .status()
-        .expect("tar (with xz) unpacks the committed runs");
-    assert!(ok.success());
+    let dir = unpacked("new", &["host"]);
     let docs = repo_root().join("docs/timing/host");
     let run = |name: &str| s(&dir.join(format!("host/{name}.gpu.json")));
     let prof = dir.join("priced.json");
@@ -282,18 +278,7 @@ fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
 /// close to the fit's machines.
 #[test]
 fn blind29_and_blind30_priced_on_their_machine_reproduce() {
-    let dir = std::env::temp_dir().join(format!("kvsim-host2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for a in ["host2", "blind29", "blind30"] {
-        let ok = Command::new("tar")
-            .arg("-xJf")
-            .arg(repo_root().join(format!("docs/timing/data/{a}-2026-12-07.tar.xz")))
-            .arg("-C")
-            .arg(&dir)
-            .status()
-            .expect("tar (with xz) unpacks the committed runs");
-        assert!(ok.success(), "{a}");
-    }
+    let dir = unpacked("host2", &["host2", "blind29", "blind30"]);
     let docs = repo_root().join("docs/timing/host2");
     let prof = dir.join("priced.json");
     let reference = |name: &str| s(&dir.join(format!("host2/{name}.gpu.json")));
