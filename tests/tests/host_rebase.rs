@@ -63,6 +63,56 @@ fn compare(pred: &Path, gpu: &Path, out: &Path) -> Value {
     read(out)
 }
 
+/// `h100-c5` priced on blind19's two plans run first on a machine (`FOLDER/s19-*.once.gpu.json`
+/// under `dir`), checked against the committed priced profile in `docs` and its two scales.
+fn priced_on_blind19(dir: &Path, folder: &str, docs: &Path, scales: (f64, f64)) -> PathBuf {
+    let prof = dir.join("priced.json");
+    let reference = |name: &str| s(&dir.join(format!("{folder}/{name}.gpu.json")));
+    let (swa, mamba) = (reference("s19-swa.once"), reference("s19-mamba.once"));
+    let args = [
+        "calibrate",
+        &swa,
+        &mamba,
+        "--start",
+        &c5(),
+        "--host-only",
+        "--out",
+        &s(&prof),
+    ];
+    assert_eq!(kvsim(&args).unwrap(), 0);
+    let priced = read(&prof);
+    assert_eq!(priced["provenance"]["host_rebase"]["scale"], scales.0);
+    assert_eq!(priced["provenance"]["host_rebase"]["wake_scale"], scales.1);
+    assert_eq!(priced["params"], read(&docs.join("h100-c5+host.json"))["params"]);
+    prof
+}
+
+/// Blind layout `NAME` (`docs/timing/scenarios/NAME.json`) swept into a plan and predicted with
+/// `profile`; returns the prediction's path.
+fn predicted(dir: &Path, name: &str, strategy: &str, profile: &Path) -> PathBuf {
+    let plan = dir.join(format!("{name}.plan.json"));
+    let scenario = s(&repo_root().join(format!("docs/timing/scenarios/{name}.json")));
+    let sweep_out = s(&dir.join("sweep.json"));
+    let sweep = [
+        "sweep",
+        "--scenario-file",
+        &scenario,
+        "--strategy",
+        strategy,
+        "--out",
+        &sweep_out,
+    ];
+    assert_eq!(kvsim(&[&sweep[..], &["--plan-out", &s(&plan)]].concat()).unwrap(), 0);
+    let pred = dir.join(format!("{name}.pred.json"));
+    let predict = ["predict", &s(&plan), "--profile", &s(profile), "--out", &s(&pred)];
+    assert_eq!(kvsim(&predict).unwrap(), 0);
+    pred
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
 #[test]
 fn h100_c5_priced_on_the_slow_machine_predicts_its_mamba_layout_better() {
     let dir = runs("mamba");
@@ -95,23 +145,10 @@ fn h100_c5_priced_on_the_slow_machine_predicts_its_mamba_layout_better() {
     assert_eq!(rebased["provenance"]["bands"], start["provenance"]["bands"]);
     assert_eq!(rebased["provenance"]["ranges"], start["provenance"]["ranges"]);
 
-    let plan = dir.join("mamba.plan.json");
-    let scenario = s(&repo_root().join("docs/timing/scenarios/blind27-mamba.json"));
-    let sweep = ["sweep", "--scenario-file", &scenario, "--strategy", "native", "--out"];
-    let plan_s = s(&plan);
-    let out_s = s(&dir.join("sweep.json"));
-    assert_eq!(
-        kvsim(&[&sweep[..], &[&out_s, "--plan-out", &plan_s]].concat()).unwrap(),
-        0
-    );
     let gpu = dir.join("s27/s27-mamba.gpu.json");
     let mut figures = Vec::new();
-    for (label, profile) in [("c5", c5()), ("host", s(&prof))] {
-        let pred = dir.join(format!("{label}.pred.json"));
-        assert_eq!(
-            kvsim(&["predict", &plan_s, "--profile", &profile, "--out", &s(&pred)]).unwrap(),
-            0
-        );
+    for (label, profile) in [("c5", PathBuf::from(c5())), ("host", prof)] {
+        let pred = predicted(&dir, "blind27-mamba", "native", &profile);
         let cmp = compare(&pred, &gpu, &dir.join(format!("{label}.cmp.json")));
         figures.push((
             cmp["mape_retained_decode_points_pct"].as_f64().unwrap(),
@@ -119,11 +156,10 @@ fn h100_c5_priced_on_the_slow_machine_predicts_its_mamba_layout_better() {
             cmp["mape_points_pct"].as_f64().unwrap(),
         ));
     }
-    let round = |v: f64| (v * 100.0).round() / 100.0;
     let [(r0, s0, w0), (r1, s1, w1)] = [figures[0], figures[1]];
     // h100-c5 as committed (docs/timing/blind27/blind27-compare.txt), then priced on the machine.
-    assert_eq!((round(r0), round(s0), round(w0)), (4.08, 5.31, 16.49));
-    assert_eq!((round(r1), round(s1), round(w1)), (3.26, 4.76, 5.49));
+    assert_eq!((round2(r0), round2(s0), round2(w0)), (4.08, 5.31, 16.49));
+    assert_eq!((round2(r1), round2(s1), round2(w1)), (3.26, 4.76, 5.49));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -215,40 +251,10 @@ fn a_rebase_keeps_the_start_provenance_and_an_earlier_rebase() {
 fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
     let dir = unpacked("new", &["host"]);
     let docs = repo_root().join("docs/timing/host");
-    let run = |name: &str| s(&dir.join(format!("host/{name}.gpu.json")));
-    let prof = dir.join("priced.json");
-    let (swa, mamba) = (run("s19-swa.once"), run("s19-mamba.once"));
-    let args = [
-        "calibrate",
-        &swa,
-        &mamba,
-        "--start",
-        &c5(),
-        "--host-only",
-        "--out",
-        &s(&prof),
-    ];
-    assert_eq!(kvsim(&args).unwrap(), 0);
-    let priced = read(&prof);
-    assert_eq!(priced["provenance"]["host_rebase"]["scale"], 1.3955);
-    assert_eq!(priced["provenance"]["host_rebase"]["wake_scale"], 1.5318);
-    assert_eq!(priced["params"], read(&docs.join("h100-c5+host.json"))["params"]);
-
+    let prof = priced_on_blind19(&dir, "host", &docs, (1.3955, 1.5318));
     let mut figures = Vec::new();
     for (layout, strategy) in [("mamba", "native"), ("chain", "chain")] {
-        let plan = dir.join(format!("{layout}.plan.json"));
-        let scenario = s(&repo_root().join(format!("docs/timing/scenarios/blind27-{layout}.json")));
-        let sweep_out = s(&dir.join("sweep.json"));
-        let sweep = ["sweep", "--scenario-file", &scenario, "--strategy", strategy];
-        assert_eq!(
-            kvsim(&[&sweep[..], &["--out", &sweep_out, "--plan-out", &s(&plan)]].concat()).unwrap(),
-            0
-        );
-        let pred = dir.join(format!("{layout}.pred.json"));
-        assert_eq!(
-            kvsim(&["predict", &s(&plan), "--profile", &s(&prof), "--out", &s(&pred)]).unwrap(),
-            0
-        );
+        let pred = predicted(&dir, &format!("blind27-{layout}"), strategy, &prof);
         let gpu = dir.join(format!("host/r27-{layout}.gpu.json"));
         let fitted = repo_root().join(format!("docs/timing/blind27/blind27-{layout}.h100-c5.pred.json"));
         for (label, pred) in [("c5", fitted), ("host", pred)] {
@@ -258,13 +264,11 @@ fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
                 read(&docs.join(format!("blind27-{layout}.{label}.compare.json"))),
                 "{layout} {label}"
             );
-            figures.push(cmp["mape_retained_decode_points_pct"].as_f64().unwrap());
+            figures.push(round2(cmp["mape_retained_decode_points_pct"].as_f64().unwrap()));
         }
     }
-    let round = |v: f64| (v * 100.0).round() / 100.0;
-    let f: Vec<f64> = figures.into_iter().map(round).collect();
     assert_eq!(
-        f,
+        figures,
         [4.04, 3.82, 2.47, 2.28],
         "retained-sample MAPE: Mamba fitted, priced; chain fitted, priced"
     );
@@ -280,46 +284,12 @@ fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
 fn blind29_and_blind30_priced_on_their_machine_reproduce() {
     let dir = unpacked("host2", &["host2", "blind29", "blind30"]);
     let docs = repo_root().join("docs/timing/host2");
-    let prof = dir.join("priced.json");
-    let reference = |name: &str| s(&dir.join(format!("host2/{name}.gpu.json")));
-    let (swa, mamba) = (reference("s19-swa.once"), reference("s19-mamba.once"));
-    let args = [
-        "calibrate",
-        &swa,
-        &mamba,
-        "--start",
-        &c5(),
-        "--host-only",
-        "--out",
-        &s(&prof),
-    ];
-    assert_eq!(kvsim(&args).unwrap(), 0);
-    let priced = read(&prof);
-    assert_eq!(priced["provenance"]["host_rebase"]["scale"], 1.0911);
-    assert_eq!(priced["provenance"]["host_rebase"]["wake_scale"], 0.8129);
-    assert_eq!(priced["params"], read(&docs.join("h100-c5+host.json"))["params"]);
-
+    let prof = priced_on_blind19(&dir, "host2", &docs, (1.0911, 0.8129));
     let mut figures = Vec::new();
     for set in [29, 30] {
         let mut args: Vec<String> = vec!["compare".into()];
         for (layout, strategy) in [("swa", "native"), ("mamba", "native"), ("chain", "chain")] {
-            let plan = dir.join(format!("{set}-{layout}.plan.json"));
-            let scenario = s(&repo_root().join(format!("docs/timing/scenarios/blind{set}-{layout}.json")));
-            let sweep_out = s(&dir.join("sweep.json"));
-            let sweep = [
-                "sweep",
-                "--scenario-file",
-                &scenario,
-                "--strategy",
-                strategy,
-                "--out",
-                &sweep_out,
-            ];
-            assert_eq!(kvsim(&[&sweep[..], &["--plan-out", &s(&plan)]].concat()).unwrap(), 0);
-            let pred = dir.join(format!("{set}-{layout}.pred.json"));
-            let predict = ["predict", &s(&plan), "--profile", &s(&prof), "--out", &s(&pred)];
-            assert_eq!(kvsim(&predict).unwrap(), 0);
-            args.push(s(&pred));
+            args.push(s(&predicted(&dir, &format!("blind{set}-{layout}"), strategy, &prof)));
             args.push(s(&dir.join(format!("s{set}/s{set}-{layout}.gpu.json"))));
         }
         let out = dir.join(format!("blind{set}.cmp.json"));
@@ -332,7 +302,7 @@ fn blind29_and_blind30_priced_on_their_machine_reproduce() {
             read(&docs.join(format!("blind{set}-compare.h100-c5+host.json"))),
             "blind{set}"
         );
-        figures.push((cmp["mape_retained_decode_points_pct"].as_f64().unwrap() * 100.0).round() / 100.0);
+        figures.push(round2(cmp["mape_retained_decode_points_pct"].as_f64().unwrap()));
     }
     assert_eq!(
         figures,
