@@ -8,7 +8,8 @@
 #        which the profile's provenance records as given)
 #   RESULTS_DIR       holds g-*.gpu.json (the device call's results.tar, unpacked and gunzip'd)
 #   PROFILE_OUT       default docs/timing/h200-c5.json
-#   PREDICTIONS_ROOT  default docs/timing: writes blindN/blindN-LAYOUT.h200-c5.pred.json
+#   PREDICTIONS_ROOT  default docs/timing: writes blindN/blindN-LAYOUT.h200-c5.pred.json.xz (committed
+#                     predictions are kept xz-compressed; `xz -dk` gives the JSON)
 # environment: KVSIM the kvsim binary (default target/release/kvsim); NAME the profile's name
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,7 +33,9 @@ for s in 19 20 21 22 23 24; do
     [ $l = chain ] && strategy=chain
     "$kvsim" sweep --scenario-file "docs/timing/scenarios/blind$s-$l.json" --strategy $strategy \
       --out /dev/null --plan-out "$plans/p.json" > /dev/null
-    "$kvsim" predict "$plans/p.json" --profile "$out" --out "$preds/blind$s/blind$s-$l.$name.pred.json" > /dev/null
+    pred="$preds/blind$s/blind$s-$l.$name.pred.json"
+    "$kvsim" predict "$plans/p.json" --profile "$out" --out "$pred" > /dev/null
+    xz -9e -T1 -f "$pred"
   done
 done
 echo "wrote $out and the predictions of blind19-blind24 under $preds" >&2

@@ -14,6 +14,26 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A committed prediction, `docs/timing/REL.pred.json.xz` (kept xz-compressed: the device tool
+/// carries the whole checkout), unpacked into `dir` as `NAME.pred.json`; returns that path.
+pub fn committed_prediction(rel: &str, dir: &Path) -> PathBuf {
+    let src = repo_root().join(format!("docs/timing/{rel}.pred.json.xz"));
+    let name = Path::new(rel)
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned();
+    let out = dir.join(format!("{name}.pred.json"));
+    let xz = std::process::Command::new("xz")
+        .arg("-dc")
+        .arg(&src)
+        .output()
+        .expect("xz unpacks the committed predictions");
+    assert!(xz.status.success(), "xz -dc {} failed", src.display());
+    std::fs::write(&out, xz.stdout).unwrap();
+    out
+}
+
 /// Runs `kvsim ARGS` in-process: 0 on success, 1 on a failed check, the typed error otherwise
 /// (its `exit_code()` is what the binary would exit with).
 pub fn run_cli(args: &[&str]) -> Result<u8, kvsim_cli::cli::CliError> {

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kvsim_tests::{repo_root, run_cli as kvsim};
+use kvsim_tests::{committed_prediction, repo_root, run_cli as kvsim};
 use serde_json::Value;
 
 fn read(path: &Path) -> Value {
@@ -256,7 +256,7 @@ fn priced_on_a_new_machine_before_its_runs_were_seen_blind27_comes_closer() {
     for (layout, strategy) in [("mamba", "native"), ("chain", "chain")] {
         let pred = predicted(&dir, &format!("blind27-{layout}"), strategy, &prof);
         let gpu = dir.join(format!("host/r27-{layout}.gpu.json"));
-        let fitted = repo_root().join(format!("docs/timing/blind27/blind27-{layout}.h100-c5.pred.json"));
+        let fitted = committed_prediction(&format!("blind27/blind27-{layout}.h100-c5"), &dir);
         for (label, pred) in [("c5", fitted), ("host", pred)] {
             let cmp = compare(&pred, &gpu, &dir.join(format!("{layout}.{label}.cmp.json")));
             assert_eq!(

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use kvsim_sim::cost::profile::ADDED_ZERO_PARAMS;
-use kvsim_tests::{repo_root, run_cli as kvsim};
+use kvsim_tests::{committed_prediction, repo_root, run_cli as kvsim};
 use serde_json::Value;
 
 fn read(path: &Path) -> Value {
@@ -184,11 +184,8 @@ fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
     for (profile, committed) in profiles {
         let mut args: Vec<String> = vec!["compare".into()];
         for layout in ["swa", "mamba", "chain"] {
-            args.push(
-                docs.join(format!("blind{set}-{layout}.{profile}.pred.json"))
-                    .display()
-                    .to_string(),
-            );
+            let rel = format!("blind{set}/blind{set}-{layout}.{profile}");
+            args.push(committed_prediction(&rel, &dir).display().to_string());
             args.push(
                 dir.join(format!("s{set}/s{set}-{layout}.gpu.json"))
                     .display()
