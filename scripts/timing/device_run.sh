@@ -265,6 +265,12 @@ s29-chain|blind29-chain.chain||3
 s30-swa|blind30-swa.native||3
 s30-mamba|blind30-mamba.native||3
 s30-chain|blind30-chain.chain||3
+s31-swa|blind31-swa.native||3
+s31-mamba|blind31-mamba.native||3
+s31-chain|blind31-chain.chain||3
+s32-swa|blind32-swa.native||3
+s32-mamba|blind32-mamba.native||3
+s32-chain|blind32-chain.chain||3
 "
 
 want=" $* "

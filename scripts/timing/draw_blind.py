@@ -31,6 +31,8 @@ layouts of h100-c3 and the sets drawn since:
     draw_blind.py 28 20262828 20261299 twenty-eighth "h100-c5 and h100-g21" 24
     draw_blind.py 29 20262929 20261302 twenty-ninth "h100-c5, priced on the machine measured (calibrate --host-only)"
     draw_blind.py 30 20263030 20261305 thirtieth "h100-c5, priced on the machine measured (calibrate --host-only)" 24
+    draw_blind.py 31 20263131 20261308 thirty-first "h100-c5, h100-c5-probed and h100-c6"
+    draw_blind.py 32 20263232 20261311 thirty-second "h100-c5, h100-c5-probed and h100-c6" 24
 """
 import json
 import random

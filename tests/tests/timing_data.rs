@@ -50,6 +50,13 @@ fn h100_c5_refits_from_its_committed_measurements() {
     refits("h100-c5", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
+/// `h100-c5`'s recipe with the MoE GEMMs dealt where the H100 probe placed them
+/// (`moe_deal_probed_share` 1 in its start, docs/timing/h100-probed-start.json).
+#[test]
+fn h100_c6_refits_from_its_committed_measurements() {
+    refits("h100-c6", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
+}
+
 /// The H200 protocol's recipe rehearsed on the H100's runs of the same 21 plans
 /// (`scripts/timing/h200_rehearsal.sh`; docs/timing-history.md, "blind23-blind26 predicted").
 #[test]
@@ -200,4 +207,49 @@ fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
         assert_eq!(read(&out), read(&docs.join(committed)), "blind{set}, {profile}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The MoE dealing the cost model embeds (`sim/src/cost/deal_table.rs`) is the committed probe's:
+/// launch 0 of every `deal2d` grid of docs/timing/data/deal2d-h100-2026-12-07.csv.xz, CTA for
+/// CTA, and the probe grouped each grid's CTAs on SMs alike in all three launches.
+#[test]
+fn the_embedded_moe_dealing_is_the_committed_probes() {
+    use kvsim_sim::cost::deal_table::{placement, EXPERTS};
+    let csv = Command::new("xz")
+        .arg("-dc")
+        .arg(repo_root().join("docs/timing/data/deal2d-h100-2026-12-07.csv.xz"))
+        .output()
+        .expect("xz unpacks the committed probe");
+    assert!(csv.status.success());
+    let text = String::from_utf8(csv.stdout).unwrap();
+    let sharing = |sms: &[u8]| {
+        let mut pairs = std::collections::BTreeSet::new();
+        for (a, x) in sms.iter().enumerate() {
+            for (b, y) in sms.iter().enumerate().skip(a + 1) {
+                if x == y {
+                    pairs.insert((a, b));
+                }
+            }
+        }
+        pairs
+    };
+    let mut grids = 0;
+    for line in text.lines().filter(|l| l.starts_with("deal2d,")) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (experts, rows): (usize, usize) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        let sms: Vec<u8> = f[4].split(' ').map(|s| s.parse().unwrap()).collect();
+        let embedded = placement(experts, rows).expect("every probed grid is embedded");
+        if f[3] == "0" {
+            assert_eq!(embedded, &sms[..], "grid ({experts}, {rows})");
+            grids += 1;
+        } else {
+            assert_eq!(
+                sharing(embedded),
+                sharing(&sms),
+                "grid ({experts}, {rows}) launch {}",
+                f[3]
+            );
+        }
+    }
+    assert_eq!(grids, 2 * EXPERTS);
 }

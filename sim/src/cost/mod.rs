@@ -14,6 +14,7 @@
 
 pub mod bands;
 pub mod compare;
+pub mod deal_table;
 pub mod desc;
 pub mod families;
 pub mod fit;

@@ -76,7 +76,8 @@ pub(crate) mod ix {
     pub const MOE_WALK_MISS_ELEM: usize = 52;
     pub const MOE_SM_SHARE_NORM: usize = 53;
     pub const MOE_DEAL_RANDOM_SHARE: usize = 54;
-    pub const COUNT: usize = 55;
+    pub const MOE_DEAL_PROBED_SHARE: usize = 55;
+    pub const COUNT: usize = 56;
 }
 
 /// A time in nanoseconds, linear in the parameters along the path that produced it.
@@ -406,8 +407,27 @@ fn l1_miss_share(tokens: f64, inner: f64) -> f64 {
 /// loaded CTAs on one SM 1.3x as long as one, where the larger bound said 1.03x
 /// (`moe_kernels.cu`, docs/timing-history.md). With `moe_deal_random_share` s > 0 the time is
 /// (1 - s) x the launch-order dealing's plus s x the mean over [`DEAL_DRAWS`] balanced random
-/// dealings' (see [`random_deals`]).
+/// dealings' (see [`random_deals`]). With `moe_deal_probed_share` q > 0, for a grid the H100
+/// probe covered (`deal_table`), q x the time where the probe saw the CTAs plus (1 - q) x that.
 fn gemm_walk(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
+    let probed = p[ix::MOE_DEAL_PROBED_SHARE].clamp(0.0, 1.0);
+    let seen = if probed > 0.0 {
+        super::deal_table::placement(loads.len(), (outer / 64) as usize)
+    } else {
+        None
+    };
+    let Some(sms) = seen else {
+        return gemm_walk_unprobed(p, loads, inner, outer);
+    };
+    let mut t = gemm_walk_dealt(p, loads, inner, outer, Some(sms)).scaled(probed);
+    if probed < 1.0 {
+        t.add(&gemm_walk_unprobed(p, loads, inner, outer).scaled(1.0 - probed));
+    }
+    t
+}
+
+/// [`gemm_walk`] by `moe_deal_random_share` alone: launch order, balanced random or a mix.
+fn gemm_walk_unprobed(p: &[f64], loads: &[f64], inner: f64, outer: u32) -> Lin {
     let share = p[ix::MOE_DEAL_RANDOM_SHARE].clamp(0.0, 1.0);
     if share == 0.0 {
         return gemm_walk_dealt(p, loads, inner, outer, None);
@@ -694,6 +714,7 @@ mod tests {
             (ix::MOE_WALK_MISS_ELEM, "moe_walk_miss_elem_ns"),
             (ix::MOE_SM_SHARE_NORM, "moe_sm_share_norm"),
             (ix::MOE_DEAL_RANDOM_SHARE, "moe_deal_random_share"),
+            (ix::MOE_DEAL_PROBED_SHARE, "moe_deal_probed_share"),
         ] {
             assert_eq!(names[i], n);
         }
@@ -1028,6 +1049,35 @@ mod tests {
         let mixed = gemm_walk(&p, &loads, 1024.0, 256);
         assert!((mixed.value - (0.75 * 640.0 + 0.25 * random.value)).abs() < 1e-9);
         assert!((mixed.eval(&p) - mixed.value).abs() < 1e-9);
+    }
+
+    /// A grid the H100 probe covered is priced where the probe saw its CTAs: of 19 experts by 8
+    /// rows, expert 14's CTAs 90 and 147 shared SM 14 there, which launch order mod 132 keeps
+    /// apart (SMs 90 and 15); grids it did not cover keep the other rule.
+    #[test]
+    fn a_probed_dealing_share_prices_the_grids_the_probe_placed() {
+        let mut p = Params::h200().to_vec();
+        p[ix::MOE_SM_ROW] = 1.0;
+        let mut loads = vec![0.0; 19];
+        loads[14] = 5.0;
+        let launch = gemm_walk(&p, &loads, 1024.0, 512);
+        assert!((launch.value - 320.0).abs() < 1e-9, "one CTA of 64 x 5 row-dots an SM");
+        p[ix::MOE_DEAL_PROBED_SHARE] = 1.0;
+        let probed = gemm_walk(&p, &loads, 1024.0, 512);
+        assert!(
+            (probed.value - 640.0).abs() < 1e-9,
+            "CTAs 90 and 147 on one SM: {}",
+            probed.value
+        );
+        p[ix::MOE_DEAL_PROBED_SHARE] = 0.5;
+        let mixed = gemm_walk(&p, &loads, 1024.0, 512);
+        assert!((mixed.value - 480.0).abs() < 1e-9, "{}", mixed.value);
+        assert!((mixed.eval(&p) - mixed.value).abs() < 1e-9);
+        // 97 experts: beyond the probe, launch order as before.
+        let mut wide = vec![0.0; 97];
+        wide[14] = 5.0;
+        p[ix::MOE_DEAL_PROBED_SHARE] = 1.0;
+        assert!((gemm_walk(&p, &wide, 1024.0, 512).value - 320.0).abs() < 1e-9);
     }
 
     /// The walk is dearer per element where one CTA's token rows (tokens x inner x 4 bytes)

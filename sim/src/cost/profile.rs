@@ -212,6 +212,12 @@ params! {
     /// for a part of the grid only: of the CTA pairs the `place` probes saw share an SM, 39 % are
     /// pairs launch order mod 132 puts together (`moe_kernels.cu`, docs/timing-history.md).
     moe_deal_random_share = 0.0,
+    /// MoE expert GEMMs: the share of the dealing priced by where a probe saw an H100 place the
+    /// grid's CTAs (`cost/deal_table.rs`, grids of 1-96 experts by 8 or 16 rows), the rest as
+    /// `moe_deal_random_share` says; grids the probe did not cover take that rule alone. 0 (as
+    /// files without it did) reads no probe. Not a rate: set, not fitted. Each grid's launches
+    /// grouped its CTAs on SMs alike; another H100 grouped 85 % of its probed pairs the same way.
+    moe_deal_probed_share = 0.0,
 }
 
 /// A named parameter set, with what the device's decode kernels keep resident.
@@ -352,7 +358,7 @@ pub const ADDED_PARAMS: &[(&str, &str)] = &[
 /// per-op predictions, `--time-ops` only, are now the ops' own kernel times plus that gap, and
 /// the tensor-core decode's spill term above a head dim of 128, the K/V kernels' split
 /// combine, the MoE GEMMs' walk and SM terms, the block kernels' walks, the MoE walk's cold share,
-/// and the MoE GEMMs' random dealing).
+/// and the MoE GEMMs' random and probed dealings).
 pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "state_token_ns",
     "op_event_gap_ns",
@@ -373,11 +379,12 @@ pub const ADDED_ZERO_PARAMS: &[&str] = &[
     "moe_walk_miss_elem_ns",
     "moe_sm_share_norm",
     "moe_deal_random_share",
+    "moe_deal_probed_share",
 ];
 
 /// Parameters that are settings, not rates: no time is linear in them, so calibration never
 /// moves them (`--fit` naming one is an input error; without `--fit` they keep the start's).
-pub const NOT_FITTED_PARAMS: &[&str] = &["moe_sm_share_norm", "moe_deal_random_share"];
+pub const NOT_FITTED_PARAMS: &[&str] = &["moe_sm_share_norm", "moe_deal_random_share", "moe_deal_probed_share"];
 
 /// Fills in [`ADDED_PARAMS`] and [`ADDED_ZERO_PARAMS`] a profile's `params` object lacks (nothing else changes; what is
 /// not an object is left for the strict parse to reject).
