@@ -34,6 +34,18 @@ pub fn committed_prediction(rel: &str, dir: &Path) -> PathBuf {
     out
 }
 
+/// A profile's `params` as a file written before some parameters existed holds them: each
+/// parameter added since (`ADDED_ZERO_PARAMS`) that `committed` lacks and `params` holds at 0
+/// (what such a file loads as) is dropped, so the two compare as JSON.
+pub fn params_as_committed(params: &Value, committed: &Value) -> Value {
+    use kvsim_sim::cost::profile::ADDED_ZERO_PARAMS;
+    let mut out = params.clone();
+    if let Some(map) = out.as_object_mut() {
+        map.retain(|k, v| committed.get(k).is_some() || !(ADDED_ZERO_PARAMS.contains(&k.as_str()) && *v == 0.0));
+    }
+    out
+}
+
 /// Runs `kvsim ARGS` in-process: 0 on success, 1 on a failed check, the typed error otherwise
 /// (its `exit_code()` is what the binary would exit with).
 pub fn run_cli(args: &[&str]) -> Result<u8, kvsim_cli::cli::CliError> {
