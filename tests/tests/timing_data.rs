@@ -56,6 +56,20 @@ fn h100_c6_refits_from_its_committed_measurements() {
     refits("h100-c6", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 54);
 }
 
+/// `h100-c5-probed` is `h100-c5` with the probed dealing set afterwards: the same fitted
+/// parameters, bands and provenance, and `moe_deal_probed_share` 1.
+#[test]
+fn h100_c5_probed_is_h100_c5_with_the_probed_dealing() {
+    let docs = repo_root().join("docs/timing");
+    let c5 = read(&docs.join("h100-c5.json"));
+    let probed = read(&docs.join("h100-c5-probed.json"));
+    let mut params = probed["params"].as_object().unwrap().clone();
+    assert_eq!(params.remove("moe_deal_probed_share"), Some(Value::from(1.0)));
+    assert_eq!(Value::Object(params), c5["params"]);
+    assert_eq!(probed["provenance"], c5["provenance"]);
+    assert_eq!(probed["resident_ctas"], c5["resident_ctas"]);
+}
+
 /// The H200 protocol's recipe rehearsed on the H100's runs of the same 21 plans
 /// (`scripts/timing/h200_rehearsal.sh`; docs/timing-history.md, "blind23-blind26 predicted").
 #[test]
