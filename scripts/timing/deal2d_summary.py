@@ -73,14 +73,9 @@ def main(path, place_path=None):
         for sms in placements:
             launches += 1
             balanced += max(collections.Counter(sms).values()) == math.ceil(len(sms) / SMS)
-            on_sm = collections.defaultdict(list)
-            for cta, sm in enumerate(sms):
-                on_sm[sm].append(cta)
-            for ctas in on_sm.values():
-                for a in range(len(ctas)):
-                    for b in range(a + 1, len(ctas)):
-                        shared += 1
-                        launch_order += (ctas[b] - ctas[a]) % SMS == 0
+            pairs = sharing(sms)
+            shared += len(pairs)
+            launch_order += sum((b - a) % SMS == 0 for a, b in pairs)
         for a in range(len(placements)):
             for b in range(a + 1, len(placements)):
                 rep_pairs += 1

@@ -14,6 +14,25 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` (committed
+/// GPU runs, `NAME.tar.xz`) unpacked in it.
+pub fn unpacked_timing_data(label: &str, archives: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for a in archives {
+        let archive = repo_root().join("docs/timing/data").join(a);
+        let untar = std::process::Command::new("tar")
+            .arg("-xJf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&dir)
+            .status()
+            .expect("tar (with xz) unpacks the committed measurements");
+        assert!(untar.success(), "tar -xJf {} failed", archive.display());
+    }
+    dir
+}
+
 /// A committed prediction, `docs/timing/REL.pred.json.xz` (kept xz-compressed: the device tool
 /// carries the whole checkout), unpacked into `dir` as `NAME.pred.json`; returns that path.
 pub fn committed_prediction(rel: &str, dir: &Path) -> PathBuf {

@@ -5,9 +5,8 @@
 //! most (docs/timing-history.md, "Pricing the host per machine").
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use kvsim_tests::{committed_prediction, params_as_committed, repo_root, run_cli as kvsim};
+use kvsim_tests::{committed_prediction, params_as_committed, repo_root, run_cli as kvsim, unpacked_timing_data};
 use serde_json::Value;
 
 fn read(path: &Path) -> Value {
@@ -20,19 +19,9 @@ fn s(p: &Path) -> String {
 
 /// A fresh folder with the committed archives `docs/timing/data/NAME-2026-12-07.tar.xz` unpacked.
 fn unpacked(label: &str, names: &[&str]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvsim-host-{label}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for name in names {
-        let ok = Command::new("tar")
-            .arg("-xJf")
-            .arg(repo_root().join(format!("docs/timing/data/{name}-2026-12-07.tar.xz")))
-            .arg("-C")
-            .arg(&dir)
-            .status()
-            .expect("tar (with xz) unpacks the committed runs");
-        assert!(ok.success(), "tar -xJf {name}");
-    }
-    dir
+    let archives: Vec<String> = names.iter().map(|n| format!("{n}-2026-12-07.tar.xz")).collect();
+    let archives: Vec<&str> = archives.iter().map(String::as_str).collect();
+    unpacked_timing_data(&format!("kvsim-host-{label}"), &archives)
 }
 
 /// A fresh folder with blind27's and blind28's committed runs unpacked (`s27/`, `s28/`).

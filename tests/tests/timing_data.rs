@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kvsim_tests::{committed_prediction, params_as_committed, repo_root, run_cli as kvsim};
+use kvsim_tests::{committed_prediction, params_as_committed, repo_root, run_cli as kvsim, unpacked_timing_data};
 use serde_json::Value;
 
 fn read(path: &Path) -> Value {
@@ -77,26 +77,8 @@ fn h100_g21_refits_from_its_committed_measurements() {
     refits("h100-g21", &[CORPUS, "h100-2026-12-06-t17.tar.xz"], 21);
 }
 
-/// A fresh temporary folder `label-PID` with the named archives of `docs/timing/data` unpacked in it.
-fn unpacked(label: &str, archives: &[&str]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for a in archives {
-        let archive = repo_root().join("docs/timing/data").join(a);
-        let untar = Command::new("tar")
-            .arg("-xJf")
-            .arg(&archive)
-            .arg("-C")
-            .arg(&dir)
-            .status()
-            .expect("tar (with xz) unpacks the committed measurements");
-        assert!(untar.success(), "tar -xJf {} failed", archive.display());
-    }
-    dir
-}
-
 fn refits(name: &str, archives: &[&str], runs: usize) {
-    let dir = unpacked(&format!("kvsim-timing-data-{name}"), archives);
+    let dir = unpacked_timing_data(&format!("kvsim-timing-data-{name}"), archives);
 
     let committed = read(&repo_root().join(format!("docs/timing/{name}.json")));
     let prov = &committed["provenance"];
@@ -200,7 +182,7 @@ fn blind_sets_reproduce(sets: [u32; 2], main: &str, also: &str) {
 /// `kvsim compare` of blind set `set`'s committed predictions by each profile and its archived
 /// runs writes the committed comparison, byte for byte as JSON.
 fn comparisons_reproduce(set: u32, archive: &str, profiles: &[(&str, String)]) {
-    let dir = unpacked(&format!("kvsim-blind{set}"), &[archive]);
+    let dir = unpacked_timing_data(&format!("kvsim-blind{set}"), &[archive]);
     let docs = repo_root().join(format!("docs/timing/blind{set}"));
     for (profile, committed) in profiles {
         let mut args: Vec<String> = vec!["compare".into()];
